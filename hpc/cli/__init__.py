@@ -1,0 +1,66 @@
+"""The `hpc` command. Subcommands load on demand, so `hpc --help` imports click and little else."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from hpc import __version__
+from hpc.errors import EXIT_USER_ERROR, HpcError
+
+# name -> (module, attribute, one-line help shown by `hpc --help` without importing the module)
+COMMANDS = {
+    "render": ("hpc.cli.render_cmd", "render", "Print (or write with -o) the batch script and hostfile of a job."),
+    "profile": ("hpc.cli.profile_cmd", "profile", "List, show, validate and create cluster profiles."),
+    "env": ("hpc.cli.env_cmd", "env", "What a bug report needs: versions, scheduler, profile, GPUs, NICs."),
+    "completion": ("hpc.cli.completion_cmd", "completion", "Print the shell completion script (bash, zsh, fish)."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+EPILOG = """\b
+Examples:
+  hpc render --profile slurm-local --nodes 2 train.py -- --lr 3e-4
+  hpc render -p perlmutter -N 4 --launcher torchrun --explain train.py
+  hpc profile list
+  hpc profile validate my-cluster.yaml
+"""
+
+
+@click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hpc")
+def cli():
+    """Take a PyTorch training script from one machine to a multi-node SLURM cluster."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="hpc", standalone_mode=False)
+    except HpcError as e:
+        click.echo(f"hpc: error: {e}", err=True)
+        sys.exit(EXIT_USER_ERROR)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(1)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)

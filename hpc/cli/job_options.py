@@ -1,0 +1,82 @@
+"""The job flags shared by `hpc render` and `hpc submit`, named as sbatch names them."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import click
+
+from hpc.config import precedence
+from hpc.config.precedence import Effective
+
+# (flag spellings, job key, click kwargs)
+_FLAGS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
+    (("--nodes", "-N"), "nodes", {"type": int, "help": "Nodes to allocate."}),
+    (("--ntasks-per-node",), "ntasks_per_node", {"type": int, "help": "SLURM tasks per node (default: one per GPU or slot; 1 for torchrun/deepspeed)."}),
+    (("--nproc-per-node", "--nproc"), "nproc_per_node", {"type": int, "help": "Processes per node (default: GPUs per node, or the profile's slots)."}),
+    (("--gpus-per-node",), "gpus_per_node", {"type": int, "help": "GPUs per node."}),
+    (("--cpus-per-task", "-c"), "cpus_per_task", {"type": int, "help": "CPUs per process."}),
+    (("--mem",), "mem", {"help": "Memory per node, e.g. 64G."}),
+    (("--mem-per-gpu",), "mem_per_gpu", {"help": "Memory per GPU, e.g. 40G."}),
+    (("--time", "-t"), "time", {"help": "Time limit in any sbatch spelling, e.g. 2-00:00:00."}),
+    (("--partition",), "partition", {"help": "SLURM partition."}),
+    (("--account", "-A"), "account", {"help": "Account to charge."}),
+    (("--qos", "-q"), "qos", {"help": "Quality of service."}),
+    (("--constraint", "-C"), "constraint", {"help": "Node features, e.g. gpu&hbm80g."}),
+    (("--reservation",), "reservation", {"help": "Reservation name."}),
+    (("--nodelist", "-w"), "nodelist", {"help": "Hosts to run on, e.g. node[01-04]."}),
+    (("--job-name", "-J"), "job_name", {"help": "Job name (default: the script's name)."}),
+    (("--launcher",), "launcher", {"type": click.Choice(["srun", "torchrun", "deepspeed"]), "help": "How ranks are started."}),
+    (("--elastic",), "elastic", {"metavar": "MIN:MAX", "help": "Elastic torchrun between MIN and MAX nodes."}),
+    (("--max-restarts",), "max_restarts", {"type": int, "help": "torchrun restarts of the worker group."}),
+    (("--array", "-a"), "array", {"help": "Array spec, e.g. 0-99%8."}),
+    (("--sweep",), "sweep", {"metavar": "FILE", "help": "Sweep file (grid or list): one array job, one task per entry."}),
+    (("--after",), "after", {"multiple": True, "metavar": "JOB[:TYPE]", "help": "Start after JOB (afterok, or afterany/afternotok/...). Repeatable."}),
+    (("--template",), "template", {"help": "Job template by name (./job_templates first)."}),
+    (("--output-dir",), "output_dir", {"help": "Folder that holds job folders (default from the profile)."}),
+    (("--module", "-m"), "module", {"help": "Run a Python module (python -m MODULE) instead of a script."}),
+]
+
+
+def job_options(fn: Callable) -> Callable:
+    """Add every job flag plus --profile/--config/--set and the TARGET [ARGS]... arguments."""
+
+    @click.option("--profile", "-p", "profile", envvar="HPC_PROFILE", help="Cluster profile name or path [env: HPC_PROFILE; default: local].")
+    @click.option("--config", "job_file", type=click.Path(dir_okay=False), help="Job file (YAML) with job keys.")
+    @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Set any job key. Repeatable.")
+    @click.argument("target", required=False)
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        flags = {key: kw.pop(key) for _, key, _ in _FLAGS}
+        return fn(*a, flags=flags, **kw)
+
+    for spellings, key, extra in reversed(_FLAGS):
+        wrapper = click.option(*spellings, key, default=None, **extra)(wrapper)
+    return wrapper
+
+
+def resolve(profile: str | None, job_file: str | None, assignments: tuple[str, ...],
+            target: str | None, args: tuple[str, ...], flags: dict[str, Any]) -> Effective:
+    """Flags and arguments -> the effective job (precedence applied, everything validated)."""
+    flags = dict(flags)
+    flags["after"] = list(flags["after"]) or None
+    args = list(args)
+    if target is not None:
+        if flags.get("module"):
+            args.insert(0, target)  # `-m pkg.train x` : x is the module's first argument
+        elif target.endswith(".py"):
+            flags["script"] = target
+        else:
+            flags["command"] = [target]
+    if args:
+        flags["args"] = args
+    layers = []
+    if job_file:
+        layers.append(precedence.job_file_layer(job_file))
+    layers.append(precedence.env_layer())
+    if assignments:
+        layers.append(precedence.set_layer(list(assignments)))
+    layers.append(precedence.flag_layer(flags))
+    return precedence.resolve(profile, layers)

@@ -1,0 +1,1 @@
+"""Typed configuration: cluster profiles, job specs, and how the layers combine."""

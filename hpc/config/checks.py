@@ -1,0 +1,143 @@
+"""Field checks shared by profiles and job specs. Each returns the value to keep or raises HpcError."""
+
+from __future__ import annotations
+
+import re
+
+from hpc.errors import HpcError
+from hpc.slurm import formats, hostlist
+
+# Values that land on '#SBATCH' lines or in file names: no whitespace, quotes, '$', backticks or ';'.
+_SAFE = re.compile(r"[A-Za-z0-9._,:@+=/%-]+")
+_CONSTRAINT = re.compile(r"[A-Za-z0-9._,:@+=/%&|()\[\]*!-]+")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SECRET = re.compile(r"TOKEN|SECRET|PASSW|API_?KEY|CREDENTIAL|PRIVATE_KEY", re.IGNORECASE)
+SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT")
+
+
+def positive(value: int) -> int:
+    if value < 1:
+        raise HpcError("must be at least 1", fix="give a positive whole number")
+    return value
+
+
+def non_negative(value: int) -> int:
+    if value < 0:
+        raise HpcError("must not be negative", fix="give 0 or more")
+    return value
+
+
+def safe_value(value: str) -> str:
+    if not _SAFE.fullmatch(value):
+        raise HpcError("holds characters SLURM values cannot have (whitespace, quotes, $, `, ;, ...)",
+                       fix="use letters, digits and . _ , : @ + = / % -")
+    return value
+
+
+def constraint(value: str) -> str:
+    if not _CONSTRAINT.fullmatch(value):
+        raise HpcError("is not a SLURM constraint expression", fix="use features joined by & or |, e.g. gpu&hbm80g")
+    return value
+
+
+def job_name(value: str) -> str:
+    if not _NAME.fullmatch(value) or len(value) > 128:
+        raise HpcError("is not a safe job name (it names files and #SBATCH lines)",
+                       fix="use letters, digits, '.', '_', '+' and '-', starting with a letter or digit")
+    return value
+
+
+def nodelist(value: str) -> str:
+    if not hostlist.expand(value):
+        raise HpcError("names no hosts", fix="write e.g. node[01-04]")
+    return value
+
+
+def time_limit(value: str) -> str:
+    formats.parse_time(value)
+    return value
+
+
+def memory(value: str) -> str:
+    return formats.format_memory(formats.parse_memory(value))
+
+
+def env_names(value: list[str]) -> list[str]:
+    for name in value:
+        if not _ENV_NAME.fullmatch(name):
+            raise HpcError(f"{name!r} is not an environment variable name", fix="use letters, digits and _")
+    return value
+
+
+def env_values(value: dict[str, str]) -> dict[str, str]:
+    for name, text in value.items():
+        if not _ENV_NAME.fullmatch(name):
+            raise HpcError(f"{name!r} is not an environment variable name", fix="use letters, digits and _")
+        if _SECRET.search(name):
+            raise HpcError(f"{name} looks like a secret; its value would be written into the job script",
+                           fix=f"leave it out and list {name} under env_passthrough")
+        if "\0" in text:
+            raise HpcError(f"{name} holds a NUL byte", fix="remove it")
+    return value
+
+
+def shell_lines(value: list[str]) -> list[str]:
+    for line in value:
+        if "\n" in line or "\0" in line:
+            raise HpcError("each entry must be one line", fix="split it into several list entries")
+    return value
+
+
+def module_names(value: list[str]) -> list[str]:
+    for name in value:
+        safe_value(name)
+    return value
+
+
+def sbatch_extra(value: list[str]) -> list[str]:
+    for item in value:
+        if not re.fullmatch(r"--[a-z][a-z0-9-]*(=[^\s'\"`$;\\]+)?", item):
+            raise HpcError(f"{item!r} is not an sbatch option of the form --key[=value]",
+                           fix="write e.g. --exclusive or --mail-type=END (no spaces, quotes or $)")
+    return value
+
+
+def signal(value: str) -> str:
+    name = value.upper().removeprefix("SIG")
+    if name not in SIGNALS:
+        raise HpcError("is not a signal hpc can use", fix=f"use one of {', '.join(SIGNALS)}")
+    return name
+
+
+_ARRAY_ITEM = r"\d+(?:-\d+(?::\d+)?)?"
+
+
+def array(value: str) -> str:
+    if not re.fullmatch(rf"{_ARRAY_ITEM}(?:,{_ARRAY_ITEM})*(?:%\d+)?", value):
+        raise HpcError("is not a SLURM array spec", fix="write e.g. 0-99%8 or 1,3,5-7")
+    for lo, hi in re.findall(r"(\d+)-(\d+)", value.split("%")[0]):
+        if int(hi) < int(lo):
+            raise HpcError(f"range {lo}-{hi} runs backwards", fix=f"write {hi}-{lo}")
+    return value
+
+
+def elastic(value: str) -> str:
+    m = re.fullmatch(r"(\d+):(\d+)", value)
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise HpcError("is not MIN:MAX nodes with 1 <= MIN <= MAX", fix="write e.g. 1:4")
+    return value
+
+
+DEPENDENCY_TYPES = ("afterok", "afterany", "afternotok", "after", "aftercorr")
+
+
+def after(value: list[str]) -> list[str]:
+    out = []
+    for item in value:
+        m = re.fullmatch(r"(\d+(?:_\d+)?)(?::([a-z]+))?", item)
+        if not m or (m.group(2) and m.group(2) not in DEPENDENCY_TYPES):
+            raise HpcError(f"{item!r} is not JOB[:type]",
+                           fix=f"write e.g. 12345 or 12345:afterany (types: {', '.join(DEPENDENCY_TYPES)})")
+        out.append(f"{m.group(1)}:{m.group(2) or 'afterok'}")
+    return out

@@ -1,0 +1,215 @@
+"""Combine defaults, profile, job file, HPC_* environment and flags into one JobSpec, with provenance.
+
+CLI flag > HPC_* environment > job file (--config) > cluster profile > built-in defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from hpc.config import profiles
+from hpc.config.schema import PROFILE_DEFAULTS, ClusterProfile, JobSpec
+from hpc.config.validate import check_field, field_names, unknown_key_error
+from hpc.errors import ConfigError, HpcError
+from hpc.slurm import formats
+
+ENV_PREFIX = "HPC_"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One source of values. ``where`` names it in errors; ``spell`` turns a key into how the user wrote it."""
+
+    label: str  # shown by --explain
+    where: str
+    values: Mapping[str, Any]
+    from_text: bool = False
+    spell: Any = staticmethod(lambda key: key)
+
+
+@dataclass(frozen=True)
+class Effective:
+    """The resolved job with every value's source."""
+
+    job: JobSpec
+    profile: ClusterProfile
+    profile_path: Path
+    sources: dict[str, str]
+
+    def explain_rows(self) -> list[tuple[str, str, str]]:
+        rows = []
+        for name in field_names(JobSpec):
+            value = getattr(self.job, name)
+            rows.append((name, _show(value), self.sources.get(name, "default")))
+        return rows
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return " ".join(value) if value else "-"
+    if isinstance(value, dict):
+        return ",".join(f"{k}={v}" for k, v in value.items()) or "-"
+    return str(value)
+
+
+def flag_name(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def env_layer(environ: Mapping[str, str] | None = None) -> Layer:
+    environ = os.environ if environ is None else environ
+    names = set(field_names(JobSpec))
+    values = {k[len(ENV_PREFIX):].lower(): v for k, v in environ.items()
+              if k.startswith(ENV_PREFIX) and k[len(ENV_PREFIX):].lower() in names}
+    return Layer("env", "environment", values, from_text=True, spell=lambda k: ENV_PREFIX + k.upper())
+
+
+def job_file_layer(path: str | Path) -> Layer:
+    path = Path(path)
+    if not path.is_file():
+        raise HpcError(f"job file {str(path)!r} does not exist", fix="check the --config path")
+    data = profiles.read_yaml(path)
+    for key, value in data.items():
+        if key not in field_names(JobSpec):
+            raise unknown_key_error(str(path), key, value, field_names(JobSpec))
+    return Layer(f"job file {path}", str(path), data)
+
+
+def set_layer(assignments: list[str]) -> Layer:
+    values = {}
+    for item in assignments:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep:
+            raise ConfigError("command line", "--set", item, "must be KEY=VALUE", "write e.g. --set nodes=2")
+        if key not in field_names(JobSpec):
+            raise unknown_key_error("command line", f"--set {key}", value, field_names(JobSpec))
+        values[key] = value
+    return Layer("--set", "command line", values, from_text=True, spell=lambda k: f"--set {k}")
+
+
+_POSITIONAL = {"script": "TARGET", "command": "TARGET", "args": "ARGS"}
+
+
+def flag_layer(flags: Mapping[str, Any]) -> Layer:
+    return Layer("flag", "command line", {k: v for k, v in flags.items() if v is not None},
+                 from_text=True, spell=lambda k: _POSITIONAL.get(k) or flag_name(k))
+
+
+def _profile_layers(profile: ClusterProfile, origin: Mapping[str, Path]) -> list[Layer]:
+    """The profile's job defaults, one layer per file along ``extends`` so each value names its file."""
+    by_file: dict[Path, dict[str, Any]] = {}
+    for job_key, prof_key in PROFILE_DEFAULTS.items():
+        if prof_key in origin:  # only what the profile (or an ancestor) really says
+            by_file.setdefault(origin[prof_key], {})[job_key] = getattr(profile, prof_key)
+    return [Layer(f"profile {path.name}", str(path), values) for path, values in by_file.items()]
+
+
+def resolve(profile_ref: str | None, layers: list[Layer]) -> Effective:
+    """Load the profile and apply ``layers`` (lowest precedence first) over it."""
+    profile, path, origin = profiles.load(profile_ref)
+    stack = [*_profile_layers(profile, origin), *layers]
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    located: dict[str, tuple[str, str]] = {}  # key -> (file or "command line"/"environment", key as written)
+    level: dict[str, int] = {}  # key -> index of the layer that set it
+    for i, layer in enumerate(stack):
+        for key, raw in layer.values.items():
+            spelled = layer.spell(key)
+            values[key] = check_field(JobSpec, key, raw, layer.where, spelled, from_text=layer.from_text)
+            sources[key] = f"{layer.label} ({spelled})" if layer.from_text else layer.label
+            located[key] = (layer.where, spelled)
+            level[key] = i
+    if values.get("mem") and values.get("mem_per_gpu"):
+        # they exclude each other: the one set higher up wins
+        loser, winner = ("mem", "mem_per_gpu") if level["mem"] < level["mem_per_gpu"] else ("mem_per_gpu", "mem")
+        values.pop(loser)
+        sources[loser] = f"dropped ({winner} is set higher up)"
+    job = JobSpec(**values)
+    job, derived = _derive(job, profile, sources)
+    sources.update(derived)
+    if "nodes" in derived and "elastic" in located:
+        located["nodes"] = located["elastic"]  # a derived value is blamed on the key it came from
+    _check_against_profile(job, profile, located)
+    return Effective(job, profile, path, sources)
+
+
+def _derive(job: JobSpec, profile: ClusterProfile, sources: dict[str, str]) -> tuple[JobSpec, dict[str, str]]:
+    """Values that follow from others: tasks per node, processes per node, elastic node count.
+
+    srun starts one task per GPU (or CPU slot); torchrun and deepspeed start one agent per node,
+    which starts nproc_per_node processes.
+    """
+    changes: dict[str, Any] = {}
+    derived: dict[str, str] = {}
+    if job.gpus_per_node:
+        slots, why = job.gpus_per_node, "one per GPU"
+    elif profile.tasks_per_node:
+        slots, why = profile.tasks_per_node, "profile tasks_per_node"
+    else:
+        slots, why = 1, "one per node"
+    srun = job.launcher == "srun"
+    tasks = job.ntasks_per_node
+    if tasks is None:
+        if srun and job.nproc_per_node:
+            tasks, why_tasks = job.nproc_per_node, "nproc_per_node"
+        else:
+            tasks, why_tasks = (slots, why) if srun else (1, "one agent per node")
+        changes["ntasks_per_node"], derived["ntasks_per_node"] = tasks, f"derived ({why_tasks})"
+    if job.nproc_per_node is None:
+        nproc, why_nproc = (tasks, "ntasks_per_node") if srun else (slots, why)
+        changes["nproc_per_node"], derived["nproc_per_node"] = nproc, f"derived ({why_nproc})"
+    if "job_name" not in sources:
+        name = _name_from_target(job)
+        if name:
+            changes["job_name"], derived["job_name"] = name, "derived (from what it runs)"
+    if job.elastic_range and "nodes" not in sources:
+        changes["nodes"], derived["nodes"] = job.elastic_range[1], "derived (elastic MAX)"
+    return (dataclasses.replace(job, **changes) if changes else job), derived
+
+
+def _name_from_target(job: JobSpec) -> str | None:
+    raw = job.module or job.script or (job.command[0] if job.command else None)
+    if not raw:
+        return None
+    stem = Path(raw).name.removesuffix(".py").rsplit(".", 1)[-1] if job.module else Path(raw).name.removesuffix(".py")
+    name = re.sub(r"[^A-Za-z0-9._+-]", "-", stem).lstrip("._+-")[:64]
+    return name or None
+
+
+def _check_against_profile(job: JobSpec, profile: ClusterProfile, located: dict[str, tuple[str, str]]) -> None:
+    """Rules between keys; the error names where the offending key was set."""
+
+    def fail(key: str, problem: str, fix: str) -> None:
+        where, spelled = located.get(key, ("defaults", key))
+        raise ConfigError(where, spelled, getattr(job, key), problem, fix)
+
+    targets = [k for k in ("script", "module", "command") if getattr(job, k)]
+    if len(targets) > 1:
+        fail(targets[1], f"cannot be combined with {targets[0]}", "give one of a script, -m MODULE or a command")
+    if profile.max_nodes and job.nodes > profile.max_nodes:
+        fail("nodes", f"exceeds the profile's max_nodes {profile.max_nodes}", f"ask for at most {profile.max_nodes} nodes")
+    if profile.max_time:
+        limit, asked = formats.parse_time(profile.max_time), formats.parse_time(job.time)
+        if limit is not None and (asked is None or asked > limit):
+            fail("time", f"exceeds the profile's max_time {profile.max_time}", f"ask for at most {profile.max_time}")
+    if job.elastic_range:
+        lo, hi = job.elastic_range
+        if job.launcher != "torchrun":
+            fail("elastic", "needs the torchrun launcher", "add --launcher torchrun")
+        if not lo <= job.nodes <= hi:
+            fail("nodes", f"is outside the elastic range {job.elastic}", f"ask for between {lo} and {hi} nodes")
+    if job.array and job.sweep:
+        fail("sweep", "cannot be combined with --array (a sweep is an array of its own)", "drop one of them")
+    if profile.scheduler == "local" and job.nodes > 1:
+        fail("nodes", f"profile {profile.name} runs on this machine only", "use --nodes 1, or a SLURM profile")
+    if job.launcher == "srun" and job.nproc_per_node != job.ntasks_per_node:
+        fail("nproc_per_node", "differs from ntasks_per_node, but srun starts one process per task",
+             "drop --nproc-per-node, or use --launcher torchrun")

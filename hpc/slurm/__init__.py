@@ -1,0 +1,1 @@
+"""Everything that speaks SLURM: formats (hostlists, times, memory) and, later, its commands."""
