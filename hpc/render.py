@@ -247,7 +247,7 @@ def render(effective: Effective, job_dir: str | Path) -> SbatchRequest:
         "world_size": job.nodes * job.nproc_per_node,
         "container": profile.container,
     }
-    script = template.render(**context)
+    script = template.render(**context).rstrip("\n") + "\n"
     return SbatchRequest(script=script, script_name=SCRIPT_NAME[profile.scheduler], template=name,
                          hostfile=hostfile, runtime_config=runtime_config(effective), effective=effective,
                          directives=dirs)

@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("Aborted.", err=True)
         sys.exit(1)
     except click.ClickException as e:
+        if isinstance(e, click.exceptions.NoSuchOption):
+            e.message += " The script's own arguments go after '--': hpc render train.py -- --lr 3e-4"
         e.show()
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:

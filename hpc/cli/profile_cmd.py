@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import click
@@ -124,10 +123,15 @@ def new(name, out, yes, **answers):
 
     from hpc.config import profiles
 
-    interactive = not yes and sys.stdin.isatty()
     for key, prompt, default, tp in _QUESTIONS:
-        if answers[key] is None:
-            answers[key] = click.prompt(prompt, default=default, type=tp, show_default=True) if interactive else default
+        if answers[key] is None and yes:
+            answers[key] = default
+        elif answers[key] is None:
+            try:
+                answers[key] = click.prompt(prompt, default=default, type=tp, show_default=True)
+            except click.Abort:
+                raise HpcError(f"no answer for {key!r} on standard input",
+                               fix=f"give --{key.replace('_', '-')}, or -y to take the defaults") from None
     data: dict = {"name": name, "scheduler": answers["scheduler"]}
     for key in ("partition", "account", "default_time", "max_time", "network_interface", "launcher"):
         if answers[key] not in ("", None):
@@ -142,7 +146,7 @@ def new(name, out, yes, **answers):
     if target.exists():
         raise HpcError(f"{target} already exists", fix="choose another name or -o path; hpc never overwrites a profile")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    tmp = target.absolute().with_name(f".{target.stem}.tmp{os.getpid()}.yaml")
     tmp.write_text(f"# Written by `hpc profile new`; see `hpc profile show {name}` for every key.\n"
                    + yaml.safe_dump(data, sort_keys=False))
     try:

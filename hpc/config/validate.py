@@ -28,7 +28,7 @@ def field_names(cls: type) -> list[str]:
 
 
 def unknown_key_error(source: str, key: str, value: object, known: list[str]) -> ConfigError:
-    close = difflib.get_close_matches(key, known, n=1)
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1].removeprefix("--set "), known, n=1)
     fix = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(known))}"
     return ConfigError(source, key, value, "unknown key", fix)
 

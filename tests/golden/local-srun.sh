@@ -1,0 +1,36 @@
+#!/bin/bash
+# Rendered by hpc from profile 'local': 2 process(es) on this machine, no scheduler.
+# `hpc render --explain` shows where every value came from.
+set -eo pipefail
+export NCCL_SOCKET_IFNAME=lo GLOO_SOCKET_IFNAME=lo
+export HPC_JOB_DIR=/scratch/jobs/local-srun
+export HPC_RUNTIME_CONFIG="$HPC_JOB_DIR/runtime.json"
+export MASTER_ADDR=127.0.0.1
+export MASTER_PORT="${MASTER_PORT:-$(( $$ % 4536 + 61000 ))}"
+export WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 NODE_RANK=0
+pids=()
+stop() { if [ "${#pids[@]}" -gt 0 ]; then kill -"$1" "${pids[@]}" 2>/dev/null || true; fi; }
+trap 'stop USR1' USR1
+trap 'stop TERM' TERM
+trap 'stop INT' INT
+for ((rank = 0; rank < 2; rank++)); do
+  RANK=$rank LOCAL_RANK=$rank python3 train.py --lr 3e-4 'it'"'"'s $(rm -rf ~) `id`' 'say "hi"; exit 1' 'tab	here' '*' '$HOME' '' &
+  pids[rank]=$!
+done
+# The first rank to fail stops the others: a dead rank must not leave the rest waiting in a collective.
+rc=0
+while [ "${#pids[@]}" -gt 0 ]; do
+  for rank in "${!pids[@]}"; do
+    kill -0 "${pids[rank]}" 2>/dev/null && continue
+    status=0
+    wait "${pids[rank]}" || status=$?
+    unset "pids[rank]"
+    if [ "$status" -ne 0 ] && [ "$rc" -eq 0 ]; then
+      rc=$status
+      echo "hpc: rank $rank exited with status $status; stopping the other ranks" >&2
+      stop TERM
+    fi
+  done
+  sleep 0.1
+done
+exit "$rc"

@@ -1,0 +1,22 @@
+#!/bin/bash
+# Rendered by hpc from profile 'local': 2 process(es) on this machine, no scheduler.
+# `hpc render --explain` shows where every value came from.
+set -eo pipefail
+export NCCL_SOCKET_IFNAME=lo GLOO_SOCKET_IFNAME=lo
+export HPC_JOB_DIR=/scratch/jobs/local-torchrun
+export HPC_RUNTIME_CONFIG="$HPC_JOB_DIR/runtime.json"
+export MASTER_ADDR=127.0.0.1
+export MASTER_PORT="${MASTER_PORT:-$(( $$ % 4536 + 61000 ))}"
+# SLURM signals the batch shell (USR1, 120 s before the time limit; TERM on
+# cancel or preemption): hand it to the job step, whose processes checkpoint and stop.
+step_pid=""
+trap 'if [ -n "$step_pid" ]; then kill -USR1 "$step_pid" 2>/dev/null || true; fi' USR1
+trap 'if [ -n "$step_pid" ]; then kill -TERM "$step_pid" 2>/dev/null || true; fi' TERM
+trap 'if [ -n "$step_pid" ]; then kill -INT "$step_pid" 2>/dev/null || true; fi' INT
+python3 -m torch.distributed.run --standalone --nproc_per_node=2 --max_restarts=0 train.py &
+step_pid=$!
+# bash runs a trap only between commands: waiting in a loop lets the forwarded signal through
+while kill -0 "$step_pid" 2>/dev/null; do wait "$step_pid" || true; done
+rc=0
+wait "$step_pid" || rc=$?
+exit "$rc"
