@@ -19,7 +19,7 @@ from hpc.config.precedence import Effective
 from hpc.config.schema import ClusterProfile, JobSpec
 from hpc.config.validate import to_plain
 from hpc.errors import HpcError
-from hpc.resources import search_path
+from hpc.resources import search_path, user_cache_dir
 from hpc.slurm import formats, hostlist
 
 RUNTIME_CONFIG_ENV = "HPC_RUNTIME_CONFIG"
@@ -66,9 +66,20 @@ def shell_quote(value) -> str:
     return shlex.quote(str(value))
 
 
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates, keyed by their source's checksum: compiling them is most of a render's time."""
+    directory = user_cache_dir() / "jinja"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None  # a read-only home only costs speed
+    return jinja2.FileSystemBytecodeCache(str(directory))
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader([str(p) for p in search_path("job_templates")]),
+        bytecode_cache=_bytecode_cache(),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,

@@ -19,6 +19,11 @@ def user_config_dir() -> Path:
     return Path(base) / "hpc"
 
 
+def user_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "hpc"
+
+
 def search_path(name: str) -> list[Path]:
     """Lookup order for profiles and templates: ./NAME, the user's config folder, built-in."""
     return [Path.cwd() / name, user_config_dir() / name, builtin_dir(name)]

@@ -3,17 +3,16 @@
 CLI flag > HPC_* environment > job file (--config) > cluster profile > built-in defaults.
 """
 
-from __future__ import annotations
+
 
 import dataclasses
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from hpc.config import profiles
-from hpc.config.schema import PROFILE_DEFAULTS, ClusterProfile, JobSpec
+from hpc.config.schema import PROFILE_DEFAULTS, ClusterProfile, JobSpec, record
 from hpc.config.validate import check_field, field_names, unknown_key_error
 from hpc.errors import ConfigError, HpcError
 from hpc.slurm import formats
@@ -21,7 +20,7 @@ from hpc.slurm import formats
 ENV_PREFIX = "HPC_"
 
 
-@dataclass(frozen=True)
+@record
 class Layer:
     """One source of values. ``where`` names it in errors; ``spell`` turns a key into how the user wrote it."""
 
@@ -32,7 +31,7 @@ class Layer:
     spell: Any = staticmethod(lambda key: key)
 
 
-@dataclass(frozen=True)
+@record
 class Effective:
     """The resolved job with every value's source."""
 

@@ -12,6 +12,7 @@ from hpc.errors import ConfigError, HpcError
 from hpc.resources import search_path
 
 DEFAULT_PROFILE = "local"
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built in: parsing is 10x faster
 _MERGED_MAPPINGS = ("env", "container", "preemption")  # merged key by key along extends; the rest replace
 
 
@@ -44,7 +45,7 @@ def read_yaml(path: Path) -> dict:
     except OSError as e:
         raise HpcError(f"cannot read {path}: {e.strerror}", fix="check the path and its permissions") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)

@@ -4,9 +4,8 @@ A profile says what a cluster is; a JobSpec says what one job asks for. Profile 
 defaults of the job's values (see ``PROFILE_DEFAULTS``); precedence decides the rest.
 """
 
-from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from hpc.config import checks
@@ -20,8 +19,19 @@ def _check(fn, **kw):
     return field(metadata={"check": fn}, **kw)
 
 
-@dataclass(frozen=True)
-class Container:
+# Each generated dataclass method is compiled at import, on every CLI start: only __init__ is generated,
+# and these records are never mutated after validation.
+record = dataclass(repr=False, eq=False)
+
+
+class _Repr:
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
+        return f"{type(self).__name__}({inner})"
+
+
+@record
+class Container(_Repr):
     """Run every task inside a container image."""
 
     runtime: Literal["apptainer", "pyxis"]
@@ -30,8 +40,8 @@ class Container:
     options: list[str] = _check(checks.shell_lines, default_factory=list)
 
 
-@dataclass(frozen=True)
-class Preemption:
+@record
+class Preemption(_Repr):
     """How the job learns it must stop, and whether it comes back."""
 
     signal: str = _check(checks.signal, default="USR1")
@@ -40,8 +50,8 @@ class Preemption:
     max_requeues: int = _check(checks.non_negative, default=3)
 
 
-@dataclass(frozen=True)
-class ClusterProfile:
+@record
+class ClusterProfile(_Repr):
     name: str = _check(checks.job_name)
     description: str = ""
     scheduler: Literal["slurm", "local"] = "slurm"
@@ -88,8 +98,8 @@ def _exceeds(time: str, limit: str) -> bool:
     return lim is not None and (t is None or t > lim)
 
 
-@dataclass(frozen=True)
-class JobSpec:
+@record
+class JobSpec(_Repr):
     """Everything one job asks for, after precedence. Field names are the keys of job files and --set."""
 
     job_name: str = _check(checks.job_name, default="hpc-job")
