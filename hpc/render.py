@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,12 +103,16 @@ def template_name(job: JobSpec, profile: ClusterProfile) -> str:
     return f"{job.launcher}.sbatch.j2"
 
 
+def python(profile: ClusterProfile) -> str:
+    return profile.python or sys.executable
+
+
 def target_argv(job: JobSpec, profile: ClusterProfile) -> list[str]:
     """The program each process runs (before the launcher's own wrapping)."""
     if job.module:
-        return [profile.python, "-m", job.module, *job.args]
+        return [python(profile), "-m", job.module, *job.args]
     if job.script:
-        prog = [profile.python, job.script] if job.script.endswith(".py") else [job.script]
+        prog = [python(profile), job.script] if job.script.endswith(".py") else [job.script]
         return [*prog, *job.args]
     if job.command:
         return [*job.command, *job.args]
@@ -241,6 +246,7 @@ def render(effective: Effective, job_dir: str | Path) -> SbatchRequest:
     signals = [profile.preemption.signal] + [s for s in ("TERM", "INT") if s != profile.preemption.signal]
     context = {
         "job": job,
+        "python": python(profile),
         "env_vars": {**profile.env, **job.env},
         "srun_flags": srun_flags,
         "wrap": wrap,

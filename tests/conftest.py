@@ -20,3 +20,47 @@ def in_tmp(tmp_path, monkeypatch):
 
 def hpc_cmd(*args):
     return [sys.executable, "-m", "hpc", *args]
+
+
+SLURM_LOCAL = REPO / "scripts" / "slurm-local"
+
+
+def _why_no_slurm() -> str | None:
+    if os.geteuid() != 0:
+        return "the on-machine SLURM cluster needs root (scripts/slurm-local up)"
+    import shutil
+
+    if not shutil.which("unshare"):
+        return "unshare (util-linux) is missing"
+    if not shutil.which("slurmctld") and not shutil.which("apt-get"):
+        return "SLURM is not installed and apt-get is missing to install it"
+    return None
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """The real multi-node SLURM of scripts/slurm-local, up for the session; yields its SLURM_CONF.
+
+    Skips with the reason where it cannot run; under CI it must run, so there it fails instead.
+    """
+    import subprocess
+
+    reason = _why_no_slurm()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the SLURM tests, but {reason}")
+        pytest.skip(reason)
+    was_up = subprocess.run([str(SLURM_LOCAL), "status"], capture_output=True).returncode == 0
+    proc = subprocess.run([str(SLURM_LOCAL), "up"], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"scripts/slurm-local up failed:\n{proc.stdout}\n{proc.stderr}")
+    conf = subprocess.run([str(SLURM_LOCAL), "env"], capture_output=True, text=True).stdout.split("=", 1)[1].strip()
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf  # every SLURM client needs it; without it they ask DNS for a controller
+    yield conf
+    if old is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = old
+    if not was_up:
+        subprocess.run([str(SLURM_LOCAL), "down"], capture_output=True, timeout=120)

@@ -14,7 +14,7 @@ from hpc.slurm.hostlist import compress, expand
     ("node[001-004,7],gpu-a[1-2]", ["node001", "node002", "node003", "node004", "node7", "gpu-a1", "gpu-a2"]),
     ("node[8-11]", ["node8", "node9", "node10", "node11"]),
     ("rack[1-2]-n[01-02]", ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]),
-    ("login,node[1-2].ib", ["login", "node1.ib", "node2.ib"]),
+    ("login,node1.ib", ["login", "node1.ib"]),
     ("", []),
 ])
 def test_expand(text, hosts):
@@ -26,6 +26,7 @@ def test_expand(text, hosts):
     (["node001", "node002", "node004"], "node[001-002,004]"),
     (["node3", "node1", "node1"], "node[1,3]"),
     (["a1", "b", "a2"], "b,a[1-2]"),
+    (["n1.ib", "n2.ib"], "n1.ib,n2.ib"),  # SLURM cannot write n[1-2].ib
     (["node9", "node10"], "node[9-10]"),
     (["gpu7"], "gpu7"),
 ])
@@ -34,7 +35,7 @@ def test_compress(hosts, text):
 
 
 @pytest.mark.parametrize("bad", ["node[1-", "node]1[", "node[3-1]", "node[a-b]", "node[1-2", "a,,b", "node[[1]]",
-                                 "no de1", "node$(x)", "node[1-99999999]"])
+                                 "no de1", "node$(x)", "node[1-2].ib", "n[9-10]x", "node[1-99999999]"])
 def test_expand_rejects(bad):
     with pytest.raises(HpcError) as err:
         expand(bad)
@@ -42,6 +43,7 @@ def test_expand_rejects(bad):
 
 
 prefixes = st.sampled_from(["node", "gpu-a", "n", "cn.", "r1-n"])
+suffixes = st.sampled_from(["", "", ".ib"])
 numbers = st.integers(min_value=0, max_value=3000)
 widths = st.sampled_from([0, 3, 4])
 
@@ -52,7 +54,8 @@ def host_sets(draw):
     for _ in range(draw(st.integers(1, 4))):
         prefix, width = draw(prefixes), draw(widths)
         nums = draw(st.lists(numbers, min_size=1, max_size=40))
-        hosts += [f"{prefix}{str(n).zfill(width)}" for n in nums]
+        suffix = draw(suffixes)
+        hosts += [f"{prefix}{str(n).zfill(width)}{suffix}" for n in nums]
     return hosts
 
 

@@ -76,7 +76,8 @@ class ClusterProfile(_Repr):
     env: dict[str, str] = _check(checks.env_values, default_factory=dict)
     network_interface: str | None = _check(checks.safe_value, default=None)
     launcher: Launcher = "srun"
-    python: str = _check(checks.safe_value, default="python3")
+    # None: the interpreter running hpc (the same venv, on a shared filesystem); sites with modules say python3
+    python: str | None = _check(checks.safe_value, default=None)
     container: Container | None = None
     preemption: Preemption = field(default_factory=Preemption)
     sbatch_extra: list[str] = _check(checks.sbatch_extra, default_factory=list)

@@ -64,6 +64,9 @@ def expand(hostlist: str) -> list[str]:
         if not part:
             raise HpcError(f"hostlist {hostlist!r}: empty host name", fix="remove the doubled or trailing comma")
         pieces = re.split(r"\[([^\]]*)\]", part)
+        if len(pieces) > 1 and pieces[-1]:
+            raise HpcError(f"hostlist {hostlist!r}: text after the last ']' in {part!r}",
+                           fix="SLURM allows no suffix after a range; list such hosts one by one")
         # pieces alternates literal, range, literal, range, ..., literal
         choices = [[p] if i % 2 == 0 else _expand_range(p, hostlist) for i, p in enumerate(pieces)]
         if not re.fullmatch(r"[A-Za-z0-9._-]+", "".join(pieces[::2]) or "x"):
@@ -75,7 +78,7 @@ def expand(hostlist: str) -> list[str]:
     return hosts
 
 
-_NUMBERED = re.compile(r"^(.*?)(\d+)([^\d]*)$")
+_NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")
 
 
 def compress(hosts: list[str] | tuple[str, ...]) -> str:
@@ -89,6 +92,9 @@ def compress(hosts: list[str] | tuple[str, ...]) -> str:
             plain.add(h)
             continue
         prefix, digits, suffix = m.groups()
+        if suffix:  # SLURM has no spelling for a range followed by a suffix
+            plain.add(h)
+            continue
         width = len(digits) if digits.startswith("0") and len(digits) > 1 else 0
         key = (prefix, suffix, width)
         if key not in groups:

@@ -14,7 +14,7 @@ trap 'stop USR1' USR1
 trap 'stop TERM' TERM
 trap 'stop INT' INT
 for ((rank = 0; rank < 2; rank++)); do
-  RANK=$rank LOCAL_RANK=$rank python3 train.py --lr 3e-4 'it'"'"'s $(rm -rf ~) `id`' 'say "hi"; exit 1' 'tab	here' '*' '$HOME' '' &
+  RANK=$rank LOCAL_RANK=$rank /path/to/python train.py --lr 3e-4 'it'"'"'s $(rm -rf ~) `id`' 'say "hi"; exit 1' 'tab	here' '*' '$HOME' '' &
   pids[rank]=$!
 done
 # The first rank to fail stops the others: a dead rank must not leave the rest waiting in a collective.

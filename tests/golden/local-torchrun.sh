@@ -13,7 +13,7 @@ step_pid=""
 trap 'if [ -n "$step_pid" ]; then kill -USR1 "$step_pid" 2>/dev/null || true; fi' USR1
 trap 'if [ -n "$step_pid" ]; then kill -TERM "$step_pid" 2>/dev/null || true; fi' TERM
 trap 'if [ -n "$step_pid" ]; then kill -INT "$step_pid" 2>/dev/null || true; fi' INT
-python3 -m torch.distributed.run --standalone --nproc_per_node=2 --max_restarts=0 train.py &
+/path/to/python -m torch.distributed.run --standalone --nproc_per_node=2 --max_restarts=0 train.py &
 step_pid=$!
 # bash runs a trap only between commands: waiting in a loop lets the forwarded signal through
 while kill -0 "$step_pid" 2>/dev/null; do wait "$step_pid" || true; done
