@@ -102,7 +102,7 @@ def test_user_template_overrides_builtin_by_name(project):
         '{% include "_sbatch_header.j2" %}\necho custom {{ target | qjoin }}\n')
     proc = run("render", "-p", "slurm-local", "train.py", "--", "a b", cwd=project)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.rstrip().endswith("echo custom python3 train.py 'a b'")
+    assert proc.stdout.rstrip().endswith(f"echo custom {sys.executable} train.py 'a b'")
 
 
 def test_profile_list_show_validate(project):
