@@ -223,7 +223,8 @@ def runtime_config(effective: Effective) -> dict:
     }
 
 
-def render(effective: Effective, job_dir: str | Path) -> SbatchRequest:
+def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None = None) -> SbatchRequest:
+    """``workdir``: where the job runs (the code snapshot); None leaves it to sbatch (the submit folder)."""
     job, profile = effective.job, effective.profile
     job_dir = str(Path(job_dir).absolute())
     if any(c.isspace() or c in "'\"$`\\;" for c in job_dir):
@@ -256,6 +257,7 @@ def render(effective: Effective, job_dir: str | Path) -> SbatchRequest:
         "hostfile_slots_suffix": f":{job.nproc_per_node}" if profile.hostfile_format == "mpi" else f" slots={job.nproc_per_node}",
         "profile": profile,
         "job_dir": job_dir,
+        "workdir": str(workdir) if workdir else None,
         "directives": dirs,
         "target": target_argv(job, profile),
         "sweep": [sweeps.as_args(t) for t in sweep],

@@ -12,6 +12,12 @@ from hpc.errors import EXIT_USER_ERROR, HpcError
 
 # name -> (module, attribute, one-line help shown by `hpc --help` without importing the module)
 COMMANDS = {
+    "submit": ("hpc.cli.submit_cmd", "submit", "Submit a job (or --dry-run: show exactly what would be submitted)."),
+    "status": ("hpc.cli.jobs_cmd", "status", "The state of a job, with a summary of its array tasks."),
+    "list": ("hpc.cli.jobs_cmd", "list_", "Recent jobs with their live state."),
+    "logs": ("hpc.cli.jobs_cmd", "logs", "Print or follow (-f) a job's logs, by rank or all."),
+    "cancel": ("hpc.cli.jobs_cmd", "cancel", "Cancel a job, array tasks included."),
+    "wait": ("hpc.cli.jobs_cmd", "wait", "Block until a job ends; exit with its exit code."),
     "render": ("hpc.cli.render_cmd", "render", "Print (or write with -o) the batch script and hostfile of a job."),
     "profile": ("hpc.cli.profile_cmd", "profile", "List, show, validate and create cluster profiles."),
     "env": ("hpc.cli.env_cmd", "env", "What a bug report needs: versions, scheduler, profile, GPUs, NICs."),
@@ -21,7 +27,7 @@ COMMANDS = {
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
-        return sorted(COMMANDS)
+        return list(COMMANDS)
 
     def get_command(self, ctx, name):
         if name not in COMMANDS:
@@ -37,6 +43,9 @@ class LazyGroup(click.Group):
 
 EPILOG = """\b
 Examples:
+  hpc submit --profile local --nproc 2 train.py -- --lr 3e-4
+  hpc submit -p slurm-local -N 2 --wait train.py
+  hpc logs -f
   hpc render --profile slurm-local --nodes 2 train.py -- --lr 3e-4
   hpc render -p perlmutter -N 4 --launcher torchrun --explain train.py
   hpc profile list

@@ -13,8 +13,13 @@ stop() { if [ "${#pids[@]}" -gt 0 ]; then kill -"$1" "${pids[@]}" 2>/dev/null ||
 trap 'stop USR1' USR1
 trap 'stop TERM' TERM
 trap 'stop INT' INT
+# HPC_RANK_LOGS (set by `hpc submit`): one log file per rank instead of this terminal
 for ((rank = 0; rank < 2; rank++)); do
-  RANK=$rank LOCAL_RANK=$rank /path/to/python train.py --lr 3e-4 'it'"'"'s $(rm -rf ~) `id`' 'say "hi"; exit 1' 'tab	here' '*' '$HOME' '' &
+  (
+    export RANK=$rank LOCAL_RANK=$rank
+    if [ -n "${HPC_RANK_LOGS:-}" ]; then exec >>"$HPC_RANK_LOGS/rank$rank-local.out" 2>&1; fi
+    exec /path/to/python train.py --lr 3e-4 'it'"'"'s $(rm -rf ~) `id`' 'say "hi"; exit 1' 'tab	here' '*' '$HOME' ''
+  ) &
   pids[rank]=$!
 done
 # The first rank to fail stops the others: a dead rank must not leave the rest waiting in a collective.

@@ -1,0 +1,130 @@
+"""Follow jobs: `hpc status`, `hpc list`, `hpc logs`, `hpc cancel`, `hpc wait`."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from hpc.cli.output import echo_json, table
+
+
+def _describe(record, tasks) -> dict:
+    from hpc import status
+
+    overall, code, counts = status.summarize(tasks)
+    return {"job_id": record.job_id, "name": record.name, "profile": record.profile, "state": overall,
+            "exit_code": code, "tasks": {t: {"state": s.state, "exit_code": s.exit_code, "reason": s.reason}
+                                         for t, s in tasks.items()},
+            "counts": counts, "job_dir": record.job_dir, "submitted_at": record.submitted_at}
+
+
+def _counts_text(counts: dict) -> str:
+    return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+
+
+@click.command()
+@click.argument("job", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(job, as_json):
+    """The state of JOB (default: the latest), with a summary of array tasks."""
+    from hpc import jobs
+    from hpc import status as st
+
+    record = jobs.find(job)
+    info = _describe(record, st.states(record))
+    if as_json:
+        echo_json(info)
+        return
+    code = "" if info["exit_code"] is None else f" (exit {info['exit_code']})"
+    click.echo(f"{record.job_id}  {record.name}  {record.profile}  {info['state']}{code}")
+    if record.array is not None:
+        click.echo(f"  {len(info['tasks'])} tasks: {_counts_text(info['counts'])}")
+    click.echo(f"  {record.job_dir}")
+
+
+@click.command("list")
+@click.option("-n", "limit", default=20, show_default=True, help="How many recent jobs.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_(limit, as_json):
+    """Recent jobs from this user's records, with their live state."""
+    from hpc import jobs
+    from hpc import status as st
+    from hpc.errors import HpcError
+
+    rows = []
+    for record in jobs.recent(limit):
+        try:
+            rows.append(_describe(record, st.states(record)))
+        except HpcError as e:  # e.g. a SLURM job listed from a machine without SLURM
+            rows.append({"job_id": record.job_id, "name": record.name, "profile": record.profile,
+                         "state": "?", "exit_code": None, "error": str(e), "job_dir": record.job_dir,
+                         "submitted_at": record.submitted_at, "counts": {}})
+    if as_json:
+        echo_json(rows)
+        return
+    click.echo(table(["id", "name", "profile", "state", "submitted", "tasks"], [
+        (r["job_id"], r["name"], r["profile"], r["state"] + ("" if not r["exit_code"] else f" ({r['exit_code']})"),
+         time.strftime("%m-%d %H:%M", time.localtime(r["submitted_at"])),
+         _counts_text(r["counts"]) if sum(r["counts"].values()) > 1 else "") for r in rows]))
+
+
+@click.command()
+@click.argument("job", required=False)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing as the logs grow, until the job ends.")
+@click.option("--rank", type=int, help="One rank's log (default: rank 0).")
+@click.option("--all", "all_", is_flag=True, help="Every log of the task, each line marked with its file.")
+@click.option("--batch", is_flag=True, help="The batch script's own log.")
+@click.option("--task", default=None, help="Array task id (default: the first).")
+def logs(job, follow, rank, all_, batch, task):
+    """Print the logs of JOB (default: the latest job)."""
+    from hpc import jobs
+    from hpc import status as st
+    from hpc.errors import HpcError
+
+    record = jobs.find(job)
+    task = task if task is not None else record.tasks[0]
+    if task not in record.tasks:
+        raise HpcError(f"job {record.job_id} has no task {task}", fix=f"use one of {', '.join(record.tasks)}")
+    which = "all" if all_ else ("batch" if batch else "rank")
+
+    def files():
+        return st.log_files(record, task, which, rank)
+
+    prefix = all_
+    for path, line in st.follow(record, files, keep_going=follow):
+        click.echo(f"[{path.name.rsplit('-', 1)[0]}] {line}" if prefix else line)
+
+
+@click.command()
+@click.argument("job")
+@click.option("--task", default=None, help="Cancel one array task only.")
+def cancel(job, task):
+    """Cancel JOB (every array task, unless --task)."""
+    from hpc import jobs
+    from hpc.executors import for_scheduler
+
+    record = jobs.find(job)
+    for_scheduler(record.scheduler).cancel(record, task)
+    click.echo(f"cancelled {record.job_id}{'_' + task if task else ''}")
+
+
+@click.command()
+@click.argument("job", required=False)
+@click.option("--timeout", type=float, default=None, help="Give up after this many seconds (exit 124).")
+def wait(job, timeout):
+    """Block until JOB ends; exit with its exit code (1 if it ended without one)."""
+    from hpc import jobs
+    from hpc import status as st
+
+    record = jobs.find(job)
+    try:
+        tasks = st.wait(record, timeout)
+    except TimeoutError as e:
+        click.echo(f"hpc: {e}", err=True)
+        sys.exit(124)
+    overall, _, counts = st.summarize(tasks)
+    code = st.exit_code(tasks)
+    click.echo(f"{record.job_id} {overall} (exit {code})" + (f"; {_counts_text(counts)}" if len(tasks) > 1 else ""))
+    sys.exit(code)

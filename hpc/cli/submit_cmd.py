@@ -1,0 +1,60 @@
+"""`hpc submit`: render, snapshot, submit, record."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+
+from hpc.cli.job_options import job_options, resolve
+from hpc.cli.output import echo_json
+
+
+@click.command(epilog="""\b
+Examples:
+  hpc submit -p slurm-local -N 2 train.py -- --lr 3e-4
+  hpc submit --profile local --nproc 2 --wait train.py
+  hpc submit -p perlmutter -N 4 --sweep sweep.yaml train.py
+  hpc submit -p perlmutter --after 12345 eval.py
+  hpc submit -p perlmutter -N 4 --dry-run train.py
+""")
+@job_options
+@click.option("--dry-run", is_flag=True, help="Print exactly what would be submitted; submit nothing.")
+@click.option("--wait", "wait_", is_flag=True, help="Block until the job ends; exit with its exit code.")
+@click.option("--no-snapshot", is_flag=True, help="Run from this folder instead of a copy of the code taken now.")
+@click.option("--json", "as_json", is_flag=True, help="Print job_id, job_dir and logs as JSON.")
+def submit(profile, job_file, assignments, target, args, flags, dry_run, wait_, no_snapshot, as_json):
+    """Submit a job: a script (train.py), -m MODULE or a command; its own arguments follow `--`."""
+    from hpc import status
+    from hpc.submission import submit as submit_job
+
+    effective = resolve(profile, job_file, assignments, target, args, flags)
+    result = submit_job(effective, argv=["hpc", *sys.argv[1:]], take_snapshot=not no_snapshot, dry_run=dry_run)
+    if dry_run:
+        req = result.request
+        if as_json:
+            echo_json({"command": result.command, "script": req.script, "hostfile": req.hostfile,
+                       "runtime_config": req.runtime_config, "job_dir": str(result.job_dir)})
+            return
+        click.echo(f"# would run: {shlex.join(result.command)}")
+        click.echo(req.script, nl=False)
+        if req.hostfile is not None:
+            click.echo(f"# ---- hostfile ({result.job_dir}/hostfile) ----")
+            click.echo(req.hostfile, nl=False)
+        return
+    record = result
+    if as_json:
+        echo_json({"job_id": record.job_id, "job_dir": record.job_dir, "logs": f"{record.job_dir}/logs",
+                   "scheduler": record.scheduler, "profile": record.profile,
+                   "array": record.array})
+    else:
+        tasks = f", {len(record.array)} array tasks" if record.array is not None else ""
+        click.echo(f"submitted {record.job_id} ({record.profile}{tasks}); logs: {record.job_dir}/logs")
+    if wait_:
+        tasks = status.wait(record)
+        code = status.exit_code(tasks)
+        if not as_json:
+            overall, _, counts = status.summarize(tasks)
+            click.echo(f"{record.job_id} {overall} (exit {code})", err=True)
+        sys.exit(code)

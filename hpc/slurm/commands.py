@@ -1,0 +1,166 @@
+"""The only code that runs SLURM's commands (sbatch, squeue, sacct, scancel, scontrol, sinfo).
+
+Everything goes through ``Slurm.run``, one seam that recorded-output tests replace.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from hpc.errors import HpcError
+from hpc.slurm import formats
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
+            "BOOT_FAIL", "DEADLINE"}
+
+
+def _run(argv: Sequence[str]) -> "subprocess.CompletedProcess[str]":
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise HpcError(f"{argv[0]} not found: this machine has no SLURM client",
+                       fix="run on a login node, or use --profile local") from None
+    except subprocess.TimeoutExpired:
+        raise HpcError(f"{argv[0]} did not answer within 60 s", fix="check the controller (scontrol ping)") from None
+
+
+@dataclass
+class TaskState:
+    state: str
+    exit_code: int | None = None
+    reason: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.state in TERMINAL
+
+
+class Slurm:
+    def __init__(self, run: Runner = _run):
+        self.run = run
+
+    def _ok(self, argv: Sequence[str]) -> str:
+        proc = self.run(argv)
+        if proc.returncode != 0:
+            message = " ".join((proc.stderr or proc.stdout).split()) or f"exit code {proc.returncode}"
+            raise HpcError(f"{argv[0]} failed: {message}", fix="see SLURM's message")
+        return proc.stdout
+
+    def submit(self, script: str, cwd: str) -> str:
+        """``sbatch --parsable`` -> the job id (``jobid[;cluster]``: the cluster part is dropped)."""
+        proc = self.run(["sbatch", "--parsable", f"--chdir={cwd}", script])
+        if proc.returncode != 0:
+            message = " ".join((proc.stderr or proc.stdout).split())
+            raise HpcError(f"sbatch refused the job: {message}", fix="see sbatch's message above")
+        job_id = proc.stdout.strip().splitlines()[-1].split(";")[0]
+        if not job_id.isdigit():
+            raise HpcError(f"sbatch printed {proc.stdout.strip()!r}, not a job id", fix="check sbatch --parsable")
+        return job_id
+
+    def queue(self, job_id: str) -> dict[str, tuple[str, str, str]]:
+        """Live tasks of a job: task id ('0' unless an array) -> (state, raw job id, reason)."""
+        proc = self.run(["squeue", "-h", "-r", "-j", job_id, "-o", "%i|%T|%A|%r"])
+        if proc.returncode != 0:
+            if "Invalid job id" in proc.stderr:
+                return {}  # finished and forgotten
+            raise HpcError(f"squeue failed: {' '.join(proc.stderr.split())}", fix="check the controller (scontrol ping)")
+        out = {}
+        for line in proc.stdout.splitlines():
+            ident, state, raw, reason = (line.split("|") + ["", "", ""])[:4]
+            task = ident.split("_", 1)[1] if "_" in ident else "0"
+            out[task] = (state, raw, reason)
+        return out
+
+    def accounting(self, raw_job_id: str, since: float | None = None) -> TaskState | None:
+        """A finished job's state from accounting; ``sacct -c`` (the jobcomp file) where no slurmdbd runs."""
+        fields = "JobIDRaw,State,ExitCode,Start"
+        proc = self.run(["sacct", "-n", "-P", "-X", "-j", raw_job_id, "-o", fields])
+        if proc.returncode != 0 or not proc.stdout.strip():
+            proc = self.run(["sacct", "-c", "-n", "-P", "-j", raw_job_id, "-o", fields])
+        if proc.returncode != 0:
+            return None
+        best = None
+        for line in proc.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) < 4 or parts[0] != raw_job_id:
+                continue
+            if since is not None and not _after(parts[3], since):
+                continue  # an older job that had the same id (the cluster was reset)
+            code = parts[2].split(":")[0]
+            best = TaskState(parts[1].split()[0], int(code) if code.isdigit() else None)
+        return best
+
+    def cancel(self, job_id: str, signal: str | None = None) -> None:
+        argv = ["scancel"] + ([f"--signal={signal}", "--batch"] if signal else []) + [job_id]
+        self._ok(argv)
+
+    def requeue(self, job_id: str) -> None:
+        self._ok(["scontrol", "requeue", job_id])
+
+    def partition(self, name: str | None) -> dict[str, str] | None:
+        """``scontrol show partition NAME -o`` as a dict (the default partition when NAME is None)."""
+        proc = self.run(["scontrol", "show", "partition", "-o"] + ([name] if name else []))
+        if proc.returncode != 0:
+            return None
+        for line in proc.stdout.splitlines():
+            info = dict(item.split("=", 1) for item in line.split() if "=" in item)
+            if name is None and "Default=YES" not in line:
+                continue
+            return info
+        return None
+
+    def partition_gres(self, name: str) -> str:
+        proc = self.run(["sinfo", "-h", "-p", name, "-o", "%G"])
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def _after(start: str, since: float) -> bool:
+    import datetime
+
+    if not start or start in ("Unknown", "None"):
+        return True
+    try:
+        when = datetime.datetime.fromisoformat(start).timestamp()
+    except ValueError:
+        return True
+    return when >= since - 2  # SLURM's timestamps are whole seconds
+
+
+def check_fits(slurm: Slurm, partition: str | None, nodes: int, time: str, gpus_per_node: int) -> None:
+    """Fail at submit, not hours later in the queue, when a partition cannot run the job at all."""
+    info = slurm.partition(partition)
+    if info is None:
+        if partition:
+            raise HpcError(f"partition {partition!r} does not exist on this cluster",
+                           fix="check `sinfo -s`, or set partition in the profile")
+        return
+    name = info.get("PartitionName", partition or "default")
+    if info.get("State", "UP") not in ("UP",):
+        raise HpcError(f"partition {name} is {info['State']}", fix="choose another partition or wait")
+    total = info.get("TotalNodes", "")
+    if total.isdigit() and nodes > int(total):
+        raise HpcError(f"--nodes {nodes} exceeds partition {name}'s {total} nodes", fix=f"ask for at most {total}")
+    max_nodes = info.get("MaxNodes", "UNLIMITED")
+    if max_nodes.isdigit() and nodes > int(max_nodes):
+        raise HpcError(f"--nodes {nodes} exceeds partition {name}'s MaxNodes {max_nodes}", fix=f"ask for at most {max_nodes}")
+    max_time = info.get("MaxTime", "UNLIMITED")
+    if max_time not in ("UNLIMITED", "INFINITE"):
+        limit, asked = formats.parse_time(max_time), formats.parse_time(time)
+        if limit is not None and (asked is None or asked > limit):
+            raise HpcError(f"--time {time} exceeds partition {name}'s MaxTime {max_time}", fix=f"ask for at most {max_time}")
+    if gpus_per_node and "gpu" not in slurm.partition_gres(name):
+        raise HpcError(f"partition {name} has no GPUs (GRES) but the job asks for {gpus_per_node} per node",
+                       fix="choose a GPU partition, or --gpus-per-node 0")
+
+
+def require_conf() -> None:
+    """SLURM clients without a config look the controller up in DNS: refuse rather than leak traffic."""
+    if not os.environ.get("SLURM_CONF") and not os.path.exists("/etc/slurm/slurm.conf") \
+            and not os.path.exists("/etc/slurm-llnl/slurm.conf"):
+        raise HpcError("no SLURM configuration: SLURM_CONF is unset and /etc/slurm/slurm.conf is missing",
+                       fix="export SLURM_CONF=... (for the on-machine cluster: eval \"$(scripts/slurm-local env)\")")

@@ -1,0 +1,111 @@
+"""What state a job is in, over all its tasks, and how to wait for it and read its logs."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Iterator
+
+from hpc.jobs import JobRecord
+from hpc.slurm.commands import TaskState
+
+# the job's state is the first of these that any task is in
+_ORDER = ["RUNNING", "COMPLETING", "CONFIGURING", "PENDING", "REQUEUED", "RESIZING", "SUSPENDED", "UNKNOWN",
+          "FAILED", "OUT_OF_MEMORY", "NODE_FAIL", "TIMEOUT", "PREEMPTED", "CANCELLED", "BOOT_FAIL", "DEADLINE",
+          "COMPLETED"]
+
+
+def states(record: JobRecord) -> dict[str, TaskState]:
+    from hpc.executors import for_scheduler
+
+    return for_scheduler(record.scheduler).states(record)
+
+
+def summarize(tasks: dict[str, TaskState]) -> tuple[str, int | None, dict[str, int]]:
+    """(the job's state, its exit code, how many tasks are in each state)."""
+    counts = Counter(t.state for t in tasks.values())
+    overall = min(counts, key=lambda s: _ORDER.index(s) if s in _ORDER else len(_ORDER))
+    codes = [t.exit_code for t in tasks.values() if t.exit_code]
+    code = codes[0] if codes else (0 if overall == "COMPLETED" else None)
+    return overall, code, dict(counts)
+
+
+def finished(tasks: dict[str, TaskState]) -> bool:
+    return all(t.done for t in tasks.values())
+
+
+def wait(record: JobRecord, timeout: float | None = None, on_poll: Callable[[dict], None] | None = None
+         ) -> dict[str, TaskState]:
+    """Poll until every task has ended. UNKNOWN is not an end: it is asked again."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    delay = 0.25
+    while True:
+        tasks = states(record)
+        if on_poll:
+            on_poll(tasks)
+        if finished(tasks):
+            return tasks
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"job {record.job_id} still {summarize(tasks)[0]} after {timeout} s")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 2.0)
+
+
+def exit_code(tasks: dict[str, TaskState]) -> int:
+    """For `hpc wait`: 0 when every task completed, the first task's non-zero code, else 1."""
+    overall, code, _ = summarize(tasks)
+    if overall == "COMPLETED":
+        return 0
+    return code if code else 1
+
+
+def log_files(record: JobRecord, task: str, which: str, rank: int | None = None) -> list[Path]:
+    """The log files of one task: 'batch', one rank ('rank'), or every file ('all')."""
+    logs, tag = record.dir / "logs", record.log_tag(task)
+    batch = sorted(logs.glob(f"*-{tag}.out"))
+    batch = [p for p in batch if not p.name.startswith(("rank", "node"))]
+    ranks = sorted(logs.glob(f"rank*-{tag}.out"), key=_number) or sorted(logs.glob(f"node*-{tag}.out"), key=_number)
+    if which == "batch":
+        return batch
+    if which == "rank":
+        wanted = [p for p in ranks if _number(p) == (rank or 0)]
+        return wanted or (batch if rank in (None, 0) else [])
+    return batch + ranks
+
+
+def _number(path: Path) -> int:
+    digits = "".join(c for c in path.name.split("-", 1)[0] if c.isdigit())
+    return int(digits) if digits else 0
+
+
+def follow(record: JobRecord, files: Callable[[], list[Path]], *, keep_going: bool) -> Iterator[tuple[Path, str]]:
+    """Lines of the files as they grow; with ``keep_going``, until the job has ended (then a last read)."""
+    offsets: dict[Path, int] = {}
+    partial: dict[Path, str] = {}
+
+    def drain():
+        for path in files():
+            try:
+                with open(path, "rb") as f:
+                    f.seek(offsets.get(path, 0))
+                    data = f.read()
+                    offsets[path] = f.tell()
+            except OSError:
+                continue
+            text = partial.pop(path, "") + data.decode(errors="replace")
+            *lines, rest = text.split("\n")
+            if rest:
+                partial[path] = rest
+            for line in lines:
+                yield path, line
+
+    yield from drain()
+    while keep_going:
+        done = finished(states(record))
+        yield from drain()
+        if done:
+            break
+        time.sleep(0.3)
+    for path, rest in partial.items():
+        yield path, rest
