@@ -254,6 +254,9 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         "launcher_target": launcher_target(job, _DEEPSPEED_FLAGS if job.launcher == "deepspeed" else _TORCHRUN_FLAGS),
         "nnodes": job.elastic or job.nodes,
         "forward_signals": signals,
+        # an ignored signal stays ignored across exec, and a handler installed later still wins
+        "ignore_early_signal": (f'trap "" {profile.preemption.signal}; '
+                                if profile.preemption.signal not in ("TERM", "INT") else ""),
         "hostfile_slots_suffix": f":{job.nproc_per_node}" if profile.hostfile_format == "mpi" else f" slots={job.nproc_per_node}",
         "profile": profile,
         "job_dir": job_dir,

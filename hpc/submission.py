@@ -42,7 +42,7 @@ def submit(effective: Effective, *, argv: list[str], take_snapshot: bool = True,
     job, profile = effective.job, effective.profile
     _check_script(job.script, cwd, snapshot_taken=False)  # fail before anything is written
     if dry_run:
-        job_dir = Path(job.output_dir).absolute() / f"{job.job_name}-<time>-<id>"
+        job_dir = Path(job.output_dir).absolute() / f"{job.job_name}-YYYYmmdd-HHMMSS-xxxx"  # named at submit
         workdir = job_dir / "code" if take_snapshot else cwd
         request = render(effective, job_dir, workdir)
         script = str(job_dir / request.script_name)

@@ -157,3 +157,30 @@ def test_local_script_stops_the_other_ranks_when_one_fails(in_tmp):
     assert proc.returncode == 3
     assert "rank 1 exited with status 3" in proc.stderr
     assert time.monotonic() - t0 < 30  # rank 0 would have slept 600 s
+
+
+def test_early_signal_reaches_handlers_and_spares_unaware_ranks(in_tmp):
+    # rank 0 installs a handler (as hpc's runtime does), rank 1 knows nothing of USR1
+    (in_tmp / "ranks.py").write_text(textwrap.dedent(f"""
+        import os, signal, sys, time
+        rank = os.environ["RANK"]
+        if rank == "0":
+            signal.signal(signal.SIGUSR1, lambda *a: open("{in_tmp}/handled", "w").write("yes"))
+        open("{in_tmp}/ready" + rank, "w").close()
+        end = time.time() + 3
+        while time.time() < end:
+            time.sleep(0.05)
+        open("{in_tmp}/survived" + rank, "w").close()
+    """))
+    eff = p.resolve("local", [p.flag_layer({"script": str(in_tmp / "ranks.py"), "nproc_per_node": 2})])
+    request = render(eff, in_tmp / "job")
+    request.materialize(in_tmp / "job")
+    proc = subprocess.Popen(["bash", str(in_tmp / "job" / "job.sh")], env=run_env(in_tmp, {}), cwd=in_tmp)
+    deadline = time.time() + 30
+    while not ((in_tmp / "ready0").exists() and (in_tmp / "ready1").exists()):
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR1)
+    assert proc.wait(timeout=30) == 0
+    assert (in_tmp / "handled").read_text() == "yes"
+    assert (in_tmp / "survived0").exists() and (in_tmp / "survived1").exists()

@@ -7,6 +7,8 @@ import signal
 import subprocess
 import time
 
+import psutil
+
 from hpc.executors.base import from_exit_file
 from hpc.jobs import JobRecord
 from hpc.slurm import formats
@@ -15,13 +17,24 @@ from hpc.slurm.commands import TaskState
 TIMEOUT_EXIT = 124  # what `timeout` returns when the time limit ends the job
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks: a pid alone may have been reused."""
+def _start_time(pid: int) -> float | None:
+    """When the process started: a pid alone may have been reused."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
         return None
+
+
+def _session(sid: int) -> list[int]:
+    """Every process of the job's session (`timeout` moves itself into a process group of its own)."""
+    pids = []
+    for pid in psutil.pids():
+        try:
+            if os.getsid(pid) == sid:
+                pids.append(pid)
+        except OSError:
+            continue
+    return pids
 
 
 class LocalExecutor:
@@ -60,24 +73,24 @@ class LocalExecutor:
         record.mark("cancelled")
         if not self._alive(record):
             return
-        pgid = record.local["pid"]  # started with a new session: its pid is the group id
-        _signal_group(pgid, signal.SIGTERM)
+        sid = record.local["pid"]  # started with start_new_session: its pid names the session
+        _signal(_session(sid), signal.SIGTERM)  # the job script forwards TERM to its ranks
         deadline = time.monotonic() + 10
-        while self._alive(record) and time.monotonic() < deadline:
+        while _session(sid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        _signal_group(pgid, signal.SIGKILL)
+        _signal(_session(sid), signal.SIGKILL)
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def _zombie(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return True

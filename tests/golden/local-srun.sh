@@ -16,7 +16,7 @@ trap 'stop INT' INT
 # HPC_RANK_LOGS (set by `hpc submit`): one log file per rank instead of this terminal
 for ((rank = 0; rank < 2; rank++)); do
   (
-    export RANK=$rank LOCAL_RANK=$rank
+    trap "" USR1; export RANK=$rank LOCAL_RANK=$rank
     if [ -n "${HPC_RANK_LOGS:-}" ]; then exec >>"$HPC_RANK_LOGS/rank$rank-local.out" 2>&1; fi
     exec /path/to/python train.py --lr 3e-4 'it'"'"'s $(rm -rf ~) `id`' 'say "hi"; exit 1' 'tab	here' '*' '$HOME' ''
   ) &

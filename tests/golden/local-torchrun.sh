@@ -9,6 +9,8 @@ export MASTER_ADDR=127.0.0.1
 export MASTER_PORT="${MASTER_PORT:-$(( $$ % 4536 + 61000 ))}"
 # SLURM signals the batch shell (USR1, 120 s before the time limit; TERM on
 # cancel or preemption): hand it to the job step, whose processes checkpoint and stop.
+# Each process starts with USR1 ignored: a program that does not handle it keeps running to the
+# limit instead of dying early; hpc's runtime installs its own handler.
 step_pid=""
 trap 'if [ -n "$step_pid" ]; then kill -USR1 "$step_pid" 2>/dev/null || true; fi' USR1
 trap 'if [ -n "$step_pid" ]; then kill -TERM "$step_pid" 2>/dev/null || true; fi' TERM

@@ -1,0 +1,55 @@
+"""Small helpers shared by the submit tests: a project folder, running `hpc`, reading rank dumps."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+DUMP = textwrap.dedent("""
+    import json, os, socket, sys, time
+    keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+            "SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID"]
+    out = {"argv": sys.argv[1:], "host": socket.gethostname(), "cwd": os.getcwd(), "time": time.time(),
+           "env": {k: os.environ.get(k) for k in keys}}
+    name = "task%s-rank%s-job%s.json" % (os.environ.get("SLURM_ARRAY_TASK_ID", "0"), os.environ.get("RANK"),
+                                         os.environ.get("SLURM_JOB_ID", "local"))
+    with open(os.path.join(os.environ["DUMP_DIR"], name), "w") as f:
+        json.dump(out, f)
+    print("dumped", name, flush=True)
+    if os.environ.get("SLEEP"):
+        time.sleep(float(os.environ["SLEEP"]))
+    sys.exit(int(os.environ.get("EXIT", "0")))
+""")
+
+
+def make_project(tmp: Path) -> Path:
+    (tmp / "dumps").mkdir(exist_ok=True)
+    (tmp / "dump.py").write_text(DUMP)
+    return tmp
+
+
+def hpc(tmp: Path, *args, env=None, timeout=120, check=False):
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("HPC_", "SLURM_JOB", "MASTER_"))}
+    full.update({"XDG_CONFIG_HOME": str(tmp / "xdg-config"), "XDG_DATA_HOME": str(tmp / "xdg-data"),
+                 "DUMP_DIR": str(tmp / "dumps"), **(env or {})})
+    proc = subprocess.run([sys.executable, "-m", "hpc", *args], cwd=tmp, env=full, capture_output=True, text=True,
+                          timeout=timeout)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def submit(tmp: Path, *args, env=None, timeout=120) -> dict:
+    proc = hpc(tmp, "submit", "--json", *args, env=env, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def status(tmp: Path, job_id: str) -> dict:
+    return json.loads(hpc(tmp, "status", "--json", job_id, check=True).stdout)
+
+
+def dumps(tmp: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((tmp / "dumps").glob("*.json"))]

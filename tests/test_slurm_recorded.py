@@ -1,0 +1,90 @@
+"""The SLURM seam against recorded command output: parsing and error handling without a cluster.
+(The same code runs against the real on-machine cluster in test_slurm_jobs.py.)"""
+
+import subprocess
+
+import pytest
+
+from hpc.errors import HpcError
+from hpc.slurm.commands import Slurm, check_fits
+
+
+class Recorded:
+    """Answers each command from a table of (argv prefix -> (returncode, stdout, stderr)); keeps the calls."""
+
+    def __init__(self, answers):
+        self.answers, self.calls = answers, []
+
+    def __call__(self, argv):
+        self.calls.append(list(argv))
+        for prefix, (rc, out, err) in self.answers:
+            if list(argv[:len(prefix)]) == list(prefix):
+                return subprocess.CompletedProcess(argv, rc, out, err)
+        raise AssertionError(f"unexpected command {argv}")
+
+
+def test_sbatch_parsable_drops_the_cluster_name():
+    slurm = Slurm(Recorded([(["sbatch"], (0, "4242;perlmutter\n", ""))]))
+    assert slurm.submit("/j/job.sbatch", "/work") == "4242"
+    assert slurm.run.calls[0] == ["sbatch", "--parsable", "--chdir=/work", "/j/job.sbatch"]
+
+
+def test_sbatch_refusal_is_one_line_with_its_message():
+    err = "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified\n"
+    slurm = Slurm(Recorded([(["sbatch"], (1, "", err))]))
+    with pytest.raises(HpcError) as e:
+        slurm.submit("/j/job.sbatch", "/work")
+    assert "Invalid account or account/partition combination" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_squeue_lists_array_tasks_and_forgets_finished_jobs():
+    out = "77_0|RUNNING|78|None\n77_1|RUNNING|79|None\n77_5|PENDING|77|Resources\n"
+    slurm = Slurm(Recorded([(["squeue", "-h", "-r", "-j", "77"], (0, out, "")),
+                            (["squeue", "-h", "-r", "-j", "5"], (1, "", "slurm_load_jobs error: Invalid job id specified\n"))]))
+    assert slurm.queue("77") == {"0": ("RUNNING", "78", "None"), "1": ("RUNNING", "79", "None"),
+                                 "5": ("PENDING", "77", "Resources")}
+    assert slurm.queue("5") == {}
+
+
+def test_accounting_falls_back_to_the_jobcomp_file_and_skips_older_jobs_with_the_same_id():
+    no_dbd = (1, "", "sacct: error: Slurm accounting storage is disabled\n")
+    jobcomp = ("12|FAILED|3:0|2020-01-01T00:00:00\n"          # an older job 12, from before a reset
+               "12|TIMEOUT|0:15|2026-11-22T16:00:05\n")
+    slurm = Slurm(Recorded([(["sacct", "-n"], no_dbd), (["sacct", "-c"], (0, jobcomp, ""))]))
+    import datetime
+
+    since = datetime.datetime.fromisoformat("2026-11-22T16:00:00").timestamp()
+    state = slurm.accounting("12", since=since)
+    assert (state.state, state.exit_code) == ("TIMEOUT", 0)
+    assert Slurm(Recorded([(["sacct", "-n"], no_dbd), (["sacct", "-c"], (0, "", ""))])).accounting("12") is None
+
+
+def test_accounting_reads_cancelled_by_user():
+    slurm = Slurm(Recorded([(["sacct", "-n"], (0, "9|CANCELLED by 0|0:0|2026-11-22T16:00:05\n", ""))]))
+    assert slurm.accounting("9").state == "CANCELLED"
+
+
+PARTITION = ("PartitionName=gpu AllowGroups=ALL Default=NO MaxNodes=4 MaxTime=02:00:00 State=UP TotalNodes=16\n"
+             "PartitionName=debug Default=YES MaxNodes=UNLIMITED MaxTime=UNLIMITED State=UP TotalNodes=2\n")
+
+
+@pytest.mark.parametrize("partition, nodes, time, gpus, message", [
+    ("gpu", 8, "01:00:00", 0, "exceeds partition gpu's MaxNodes 4"),
+    ("gpu", 2, "03:00:00", 0, "exceeds partition gpu's MaxTime 02:00:00"),
+    ("gpu", 2, "01:00:00", 4, "partition gpu has no GPUs"),
+    (None, 3, "01:00:00", 0, "exceeds partition debug's 2 nodes"),
+    ("nope", 1, "01:00:00", 0, "partition 'nope' does not exist"),
+])
+def test_impossible_jobs_fail_at_submit(partition, nodes, time, gpus, message):
+    answers = [(["scontrol", "show", "partition", "-o", "nope"], (1, "", "Partition nope not found\n")),
+               (["scontrol", "show", "partition", "-o", "gpu"], (0, PARTITION.splitlines()[0], "")),
+               (["scontrol", "show", "partition", "-o"], (0, PARTITION, "")),
+               (["sinfo"], (0, "(null)\n", ""))]
+    with pytest.raises(HpcError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check_fits(Slurm(Recorded(answers)), partition, nodes, time, gpus)
+
+
+def test_a_job_that_fits_passes():
+    answers = [(["scontrol", "show", "partition", "-o", "gpu"], (0, PARTITION.splitlines()[0], "")),
+               (["sinfo"], (0, "gpu:a100:4\n", ""))]
+    check_fits(Slurm(Recorded(answers)), "gpu", 4, "02:00:00", 4)
