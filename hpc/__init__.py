@@ -1,6 +1,23 @@
 """hpc: from one machine to a multi-node SLURM cluster.
 
 Importing this package must stay cheap and torch-free: the login-node CLI imports it.
+Public names load on first use.
 """
 
 __version__ = "0.1.0"
+
+_LAZY = {"submit": ("hpc.api", "submit"), "Job": ("hpc.api", "Job"), "FunctionJob": ("hpc.api", "FunctionJob"),
+         "HpcError": ("hpc.errors", "HpcError")}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'hpc' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_LAZY])

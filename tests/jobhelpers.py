@@ -53,3 +53,11 @@ def status(tmp: Path, job_id: str) -> dict:
 
 def dumps(tmp: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((tmp / "dumps").glob("*.json"))]
+
+
+def where_am_i(x):
+    """A function job: reports the rendezvous it sees (runs inside submitit tasks)."""
+    import socket
+
+    keys = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"]
+    return {"x": x, "host": socket.gethostname(), **{k: os.environ.get(k) for k in keys}}

@@ -94,6 +94,14 @@ def set_layer(assignments: list[str]) -> Layer:
     return Layer("--set", "command line", values, from_text=True, spell=lambda k: f"--set {k}")
 
 
+def api_layer(keys: Mapping[str, Any]) -> Layer:
+    """Keyword arguments of hpc.submit(); typed values, checked like a job file's."""
+    for key, value in keys.items():
+        if key not in field_names(JobSpec):
+            raise unknown_key_error("hpc.submit()", key, value, field_names(JobSpec))
+    return Layer("hpc.submit()", "hpc.submit()", dict(keys), spell=lambda k: f"{k}=")
+
+
 _POSITIONAL = {"script": "TARGET", "command": "TARGET", "args": "ARGS"}
 
 
