@@ -138,6 +138,7 @@ def _submit_function(fn: Callable, args: tuple, profile: str | None, keys: dict)
     import submitit
 
     from hpc import jobs
+    from hpc.render import dependency, gpu_request
     from hpc.slurm import formats
 
     name = re.sub(r"[^A-Za-z0-9._+-]", "-", getattr(fn, "__name__", "function")).strip("-._+") or "function"
@@ -161,11 +162,9 @@ def _submit_function(fn: Callable, args: tuple, profile: str | None, keys: dict)
             constraint=job.constraint, mem=job.mem, mem_per_gpu=job.mem_per_gpu, setup=setup,
             signal_delay_s=prof.preemption.lead_time, stderr_to_stdout=True)
         if job.gpus_per_node:
-            if prof.gres_style == "gres":
-                params["gres"] = f"gpu:{prof.gpu_type + ':' if prof.gpu_type else ''}{job.gpus_per_node}"
-            else:
-                params["gpus_per_node"] = job.gpus_per_node
+            key, value = gpu_request(job, prof)
+            params[key.replace("-", "_")] = value  # submitit's gres / gpus_per_node
         if job.after:
-            params["dependency"] = ",".join(f"{kind}:{jid}" for jid, kind in (a.split(":") for a in job.after))
+            params["dependency"] = dependency(job)
         executor.update_parameters(**{k: v for k, v in params.items() if v not in (None, [], "")})
     return FunctionJob(executor.submit(_WithRendezvous(fn), *args))

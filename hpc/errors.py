@@ -26,14 +26,15 @@ class ConfigError(HpcError):
 
     def __init__(self, source: str, key: str, value: object, problem: str, fix: str | None = None):
         self.source, self.key, self.value = source, key, value
-        shown = "" if value is _MISSING else f" = {value!r}"
+        shown = "" if value is MISSING else f" = {value!r}"
         super().__init__(f"{key}{shown}: {problem}", where=source, fix=fix)
 
 
 class _Missing:
+    """Stands for a key that was not given at all (so the message shows no value)."""
+
     def __repr__(self) -> str:
         return "<missing>"
 
 
-_MISSING = _Missing()
-MISSING = _MISSING
+MISSING = _Missing()

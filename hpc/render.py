@@ -153,6 +153,19 @@ def container_args(profile: ClusterProfile, job: JobSpec) -> tuple[list[str], li
     return [], wrap + list(c.options) + [c.image]
 
 
+def gpu_request(job: JobSpec, profile: ClusterProfile) -> tuple[str, str]:
+    """(sbatch option, value) asking for the job's GPUs, as the profile's site spells it."""
+    typed = f"{profile.gpu_type}:" if profile.gpu_type else ""
+    if profile.gres_style == "gres":
+        return "gres", f"gpu:{typed}{job.gpus_per_node}"
+    return "gpus-per-node", f"{typed}{job.gpus_per_node}"
+
+
+def dependency(job: JobSpec) -> str:
+    """``--after 12:afterany --after 13`` -> ``afterany:12,afterok:13`` (checks.after wrote JOB:TYPE)."""
+    return ",".join(f"{kind}:{jid}" for jid, kind in (a.split(":") for a in job.after))
+
+
 def directives(job: JobSpec, profile: ClusterProfile, job_dir: str, n_sweep: int) -> list[str]:
     """The #SBATCH options, each already checked to be free of shell and whitespace characters."""
     d = [f"--job-name={job.job_name}", f"--nodes={job.nodes}", f"--ntasks-per-node={job.ntasks_per_node}"]
@@ -161,10 +174,8 @@ def directives(job: JobSpec, profile: ClusterProfile, job_dir: str, n_sweep: int
         per_task = job.cpus_per_task * (job.nproc_per_node if job.launcher != "srun" else 1)
         d.append(f"--cpus-per-task={per_task}")
     if job.gpus_per_node:
-        if profile.gres_style == "gres":
-            d.append(f"--gres=gpu:{profile.gpu_type + ':' if profile.gpu_type else ''}{job.gpus_per_node}")
-        else:
-            d.append(f"--gpus-per-node={profile.gpu_type + ':' if profile.gpu_type else ''}{job.gpus_per_node}")
+        key, value = gpu_request(job, profile)
+        d.append(f"--{key}={value}")
     if job.mem:
         d.append(f"--mem={job.mem}")
     if job.mem_per_gpu:
@@ -178,7 +189,7 @@ def directives(job: JobSpec, profile: ClusterProfile, job_dir: str, n_sweep: int
     if array:
         d.append(f"--array={array}")
     if job.after:
-        d.append("--dependency=" + ",".join(f"{kind}:{jid}" for jid, kind in (a.split(":") for a in job.after)))
+        d.append(f"--dependency={dependency(job)}")
     if job.env_passthrough is not None:
         d.append("--export=" + (",".join(job.env_passthrough) or "NONE"))
     pattern = "%x-%A_%a" if array else "%x-%j"

@@ -63,8 +63,9 @@ def exit_code(tasks: dict[str, TaskState]) -> int:
 def log_files(record: JobRecord, task: str, which: str, rank: int | None = None) -> list[Path]:
     """The log files of one task: 'batch', one rank ('rank'), or every file ('all')."""
     logs, tag = record.dir / "logs", record.log_tag(task)
-    batch = sorted(logs.glob(f"*-{tag}.out"))
-    batch = [p for p in batch if not p.name.startswith(("rank", "node"))]
+    # the batch shell's log: sbatch's %x-%j (%x-%A_%a for arrays), or the local executor's job-local.out
+    batch_name = "job-local.out" if record.scheduler == "local" else f"{record.name}-{tag}.out"
+    batch = [logs / batch_name] if (logs / batch_name).exists() else []
     ranks = sorted(logs.glob(f"rank*-{tag}.out"), key=_number) or sorted(logs.glob(f"node*-{tag}.out"), key=_number)
     if which == "batch":
         return batch

@@ -15,6 +15,7 @@ from typing import Any, Literal, Union
 from hpc.errors import MISSING, ConfigError, HpcError
 
 _HINTS: dict[type, dict[str, Any]] = {}
+_FIELDS: dict[type, dict[str, dataclasses.Field]] = {}
 
 
 def hints(cls: type) -> dict[str, Any]:
@@ -23,8 +24,14 @@ def hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
+def _fields(cls: type) -> dict[str, dataclasses.Field]:
+    if cls not in _FIELDS:
+        _FIELDS[cls] = {f.name: f for f in dataclasses.fields(cls)}
+    return _FIELDS[cls]
+
+
 def field_names(cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
+    return list(_fields(cls))
 
 
 def unknown_key_error(source: str, key: str, value: object, known: list[str]) -> ConfigError:
@@ -131,7 +138,7 @@ def _yaml_scalar_text(v: Any) -> str:
 
 def check_field(cls: type, name: str, value: Any, source: str, display_key: str, *, from_text: bool = False) -> Any:
     """Coerce and check one field of ``cls``."""
-    field = {f.name: f for f in dataclasses.fields(cls)}[name]
+    field = _fields(cls)[name]
     value = coerce(value, hints(cls)[name], source, display_key, from_text=from_text)
     check = field.metadata.get("check")
     if check is not None and value is not None:
