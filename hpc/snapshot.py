@@ -32,25 +32,35 @@ def _git_files(cwd: Path) -> tuple[Path, list[str], dict] | None:
     return root, [f for f in files if f], info
 
 
-def _walk_files(root: Path, include: tuple[str, ...], skip: set[str]) -> list[str]:
+def _walk_files(root: Path, include: list[str], exclude: list[str]) -> list[str]:
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in skip and not d.startswith("."))
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".")
+                             and not any(fnmatch.fnmatch(d, pat) for pat in exclude))
         for name in filenames:
-            if any(fnmatch.fnmatch(name, pat) for pat in include):
-                out.append(os.path.relpath(os.path.join(dirpath, name), root))
+            rel = os.path.relpath(os.path.join(dirpath, name), root)
+            if any(fnmatch.fnmatch(name, pat) for pat in include) and \
+                    not any(fnmatch.fnmatch(name, pat) or fnmatch.fnmatch(rel, pat) for pat in exclude):
+                out.append(rel)
     return sorted(out)
 
 
-def take(cwd: Path, dest: Path, exclude_dirs: list[Path]) -> tuple[Path, dict]:
-    """Copy the code under ``cwd``'s project into ``dest``; returns (the matching workdir, what was taken)."""
+def take(cwd: Path, dest: Path, exclude_dirs: list[Path], include: list[str] | None = None,
+         exclude: list[str] | None = None) -> tuple[Path, dict]:
+    """Copy the code under ``cwd``'s project into ``dest``; returns (the matching workdir, what was taken).
+
+    In a git work tree: tracked files plus new ones git does not ignore. Elsewhere: files matching
+    ``include`` (default DEFAULT_INCLUDE) outside ``exclude`` patterns and the usual tool folders.
+    """
     cwd = cwd.resolve()
     found = _git_files(cwd)
     if found:
         root, files, info = found
     else:
-        root, info = cwd, {"source": "walk", "include": list(DEFAULT_INCLUDE)}
-        files = _walk_files(root, DEFAULT_INCLUDE, SKIP_DIRS | {d.name for d in exclude_dirs})
+        include = list(include or DEFAULT_INCLUDE)
+        exclude = [*SKIP_DIRS, *(d.name for d in exclude_dirs), *(exclude or [])]
+        root, info = cwd, {"source": "walk", "include": include, "exclude": exclude}
+        files = _walk_files(root, include, exclude)
     excluded = [d.resolve() for d in exclude_dirs]
     total, copied = 0, 0
     for rel in files:

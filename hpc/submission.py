@@ -57,7 +57,8 @@ def submit(effective: Effective, *, argv: list[str], take_snapshot: bool = True,
         snap: dict = {"source": "none"}
         workdir = cwd
         if take_snapshot:
-            workdir, snap = snapshot.take(cwd, job_dir / "code", exclude_dirs=[Path(job.output_dir).absolute()])
+            workdir, snap = snapshot.take(cwd, job_dir / "code", exclude_dirs=[Path(job.output_dir).absolute()],
+                                          include=job.snapshot_include, exclude=job.snapshot_exclude)
             workdir.mkdir(parents=True, exist_ok=True)
             _check_script(job.script, workdir, snapshot_taken=True)
         request = render(effective, job_dir, workdir)

@@ -121,3 +121,17 @@ def test_logs_follow_ends_with_the_job(project):
     info = submit(project, "-p", "local", "talk.py")
     proc = hpc(project, "logs", "-f", info["job_id"], timeout=60)
     assert proc.returncode == 0 and proc.stdout.split() == ["one", "two"]
+
+
+def test_snapshot_without_git_follows_include_and_exclude(project):
+    (project / "data").mkdir()
+    (project / "data" / "big.bin").write_bytes(b"x" * 1000)
+    (project / "data" / "labels.csv").write_text("a,b\n")
+    (project / "secret.env").write_text("TOKEN=x\n")
+    (project / "notes.md").write_text("hi\n")
+    (project / "job.yaml").write_text("snapshot_include: ['*.py', '*.csv', '*.md']\nsnapshot_exclude: [notes.md]\n")
+    info = submit(project, "-p", "local", "--config", "job.yaml", "dump.py")
+    hpc(project, "wait", info["job_id"], check=True)
+    code = {str(p.relative_to(project / info["job_dir"] / "code")) for p in
+            (project / info["job_dir"] / "code").rglob("*") if p.is_file()}
+    assert code == {"dump.py", "data/labels.csv"}  # job.yaml and notes.md are not included or are excluded

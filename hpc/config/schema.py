@@ -84,6 +84,8 @@ class ClusterProfile(_Repr):
     template: str | None = _check(checks.safe_value, default=None)
     hostfile_format: Literal["deepspeed", "mpi"] = "deepspeed"
     output_dir: str = _check(checks.safe_value, default="hpc-jobs")
+    snapshot_include: list[str] | None = None
+    snapshot_exclude: list[str] = field(default_factory=list)
 
     def validate(self, source: str) -> None:
         if self.mem and self.mem_per_gpu:
@@ -133,6 +135,9 @@ class JobSpec(_Repr):
     env_passthrough: list[str] | None = _check(checks.env_names, default=None)
     output_dir: str = _check(checks.safe_value, default="hpc-jobs")
     template: str | None = _check(checks.safe_value, default=None)
+    # code snapshot outside git: file name patterns to take, and folder/file patterns to leave out
+    snapshot_include: list[str] | None = None
+    snapshot_exclude: list[str] = field(default_factory=list)
 
     @property
     def elastic_range(self) -> tuple[int, int] | None:
@@ -157,4 +162,6 @@ PROFILE_DEFAULTS = {
     "launcher": "launcher",
     "output_dir": "output_dir",
     "template": "template",
+    "snapshot_include": "snapshot_include",
+    "snapshot_exclude": "snapshot_exclude",
 }
