@@ -18,6 +18,7 @@ COMMANDS = {
     "logs": ("hpc.cli.jobs_cmd", "logs", "Print or follow (-f) a job's logs, by rank or all."),
     "cancel": ("hpc.cli.jobs_cmd", "cancel", "Cancel a job, array tasks included."),
     "wait": ("hpc.cli.jobs_cmd", "wait", "Block until a job ends; exit with its exit code."),
+    "launch": ("hpc.cli.launch_cmd", "launch", "In a job: start a script with its rank and rendezvous (or --nproc N locally)."),
     "render": ("hpc.cli.render_cmd", "render", "Print (or write with -o) the batch script and hostfile of a job."),
     "profile": ("hpc.cli.profile_cmd", "profile", "List, show, validate and create cluster profiles."),
     "env": ("hpc.cli.env_cmd", "env", "What a bug report needs: versions, scheduler, profile, GPUs, NICs."),
