@@ -6,7 +6,9 @@ Public names load on first use.
 
 __version__ = "0.1.0"
 
-_LAZY = {"submit": ("hpc.api", "submit"), "Job": ("hpc.api", "Job"), "FunctionJob": ("hpc.api", "FunctionJob"),
+_LAZY = {"Accelerator": ("hpc.runtime", "Accelerator"), "set_seed": ("hpc.runtime", "set_seed"),
+         "DistributedDataParallelKwargs": ("hpc.runtime", "DistributedDataParallelKwargs"),
+         "GradScalerKwargs": ("hpc.runtime", "GradScalerKwargs"),"submit": ("hpc.api", "submit"), "Job": ("hpc.api", "Job"), "FunctionJob": ("hpc.api", "FunctionJob"),
          "HpcError": ("hpc.errors", "HpcError")}
 
 

@@ -1,0 +1,286 @@
+"""`Accelerator`: the names Accelerate users know, as a thin facade.
+
+Backend differences live in strategies (single process, DDP; FSDP and DeepSpeed next), precision in
+precision.py, sharding in data.py, collectives in ops.py. Settings come from the job's runtime config file
+(HPC_RUNTIME_CONFIG); arguments given here override it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from hpc.errors import HpcError
+from hpc.runtime import ops
+from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
+from hpc.runtime.handlers import GradScalerKwargs
+from hpc.runtime.precision import Precision
+from hpc.runtime.state import ProcessState
+from hpc.runtime.strategies import choose
+from hpc.runtime.tracking import TRACKERS
+from hpc.runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
+
+
+@dataclass
+class GradientState:
+    sync_gradients: bool = True
+    end_of_dataloader: bool = False
+    remainder: int = -1  # real samples in the last gathered batch; -1 when not at the last batch
+
+
+def _runtime_config() -> dict:
+    path = os.environ.get("HPC_RUNTIME_CONFIG")
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+class Accelerator:
+    def __init__(self, mixed_precision: str | None = None, gradient_accumulation_steps: int | None = None,
+                 cpu: bool = False, project_dir: str | os.PathLike | None = None, log_with: str | list | None = None,
+                 kwargs_handlers: list | None = None, seed: int = 0):
+        config = _runtime_config()
+        mixed_precision = mixed_precision or config.get("mixed_precision")
+        steps = gradient_accumulation_steps or config.get("gradient_accumulation_steps") or 1
+        if not isinstance(steps, int) or steps < 1:
+            raise HpcError(f"gradient_accumulation_steps={steps!r} must be a whole number >= 1", fix="use 1 or more")
+        self.gradient_accumulation_steps = steps
+        self.handlers = {type(h): h for h in (kwargs_handlers or [])}
+        self.state = ProcessState.start(cpu=cpu)
+        self.precision = Precision(mixed_precision, self.state.device, self.handlers.get(GradScalerKwargs))
+        self.strategy = choose(self.state, self.handlers)
+        self.gradient_state = GradientState()
+        self.project_dir = Path(project_dir or config.get("project_dir") or ".")
+        self.log_with = [log_with] if isinstance(log_with, str) else list(log_with or [])
+        self.seed = seed
+        self.step = 0  # micro-steps seen by accumulate()
+        self._models: list[torch.nn.Module] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._trackers: list = []
+
+    # --- where am I ---------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.state.device
+
+    @property
+    def process_index(self) -> int:
+        return self.state.env.rank
+
+    @property
+    def local_process_index(self) -> int:
+        return self.state.env.local_rank
+
+    @property
+    def num_processes(self) -> int:
+        return self.state.env.world_size
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.local_process_index == 0
+
+    @property
+    def mixed_precision(self) -> str:
+        return self.precision.mode
+
+    @property
+    def distributed_type(self) -> str:
+        return self.strategy.name
+
+    @property
+    def sync_gradients(self) -> bool:
+        return self.gradient_state.sync_gradients
+
+    # --- prepare ----------------------------------------------------------------------------------
+    def prepare(self, *objects: Any):
+        """Models, optimizers, dataloaders and schedulers, in any order; returned in the same order."""
+        prepared = [self._prepare_one(o) for o in objects if not isinstance(o, torch.optim.lr_scheduler.LRScheduler)]
+        out, it = [], iter(prepared)
+        for o in objects:  # schedulers last: they must see the wrapped optimizers
+            out.append(self._prepare_scheduler(o) if isinstance(o, torch.optim.lr_scheduler.LRScheduler) else next(it))
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def _prepare_one(self, obj):
+        if isinstance(obj, torch.nn.Module):
+            self.precision.wrap_forward(obj)
+            model = self.strategy.wrap_model(obj)
+            self._models.append(model)
+            return model
+        if isinstance(obj, torch.optim.Optimizer):
+            opt = AcceleratedOptimizer(obj, self)
+            self._optimizers.append(opt)
+            return opt
+        if isinstance(obj, torch.utils.data.DataLoader):
+            return PreparedDataLoader(obj, self, self.seed)
+        return obj
+
+    def _prepare_scheduler(self, scheduler):
+        mine = [o for o in self._optimizers if o.optimizer is scheduler.optimizer]
+        return AcceleratedScheduler(scheduler, mine or self._optimizers, self)
+
+    # --- the training step ------------------------------------------------------------------------
+    def backward(self, loss: torch.Tensor, **kwargs) -> None:
+        loss = loss / self.gradient_accumulation_steps
+        if self.precision.scaler is not None:
+            self.precision.scaler.scale(loss).backward(**kwargs)
+        else:
+            loss.backward(**kwargs)
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module):
+        """One micro-step: gradients are all-reduced only at the end of a window (or of the data)."""
+        self.step += 1
+        sync = self.step % self.gradient_accumulation_steps == 0 or self.gradient_state.end_of_dataloader
+        self.gradient_state.sync_gradients = sync
+        with contextlib.ExitStack() as stack:
+            if not sync:
+                for model in models or self._models:
+                    stack.enter_context(self.strategy.no_sync(model))
+            yield
+
+    @contextlib.contextmanager
+    def no_sync(self, model: torch.nn.Module):
+        with self.strategy.no_sync(model):
+            yield
+
+    def autocast(self):
+        return self.precision.autocast()
+
+    def clip_grad_norm_(self, parameters, max_norm: float, norm_type: float = 2.0):
+        """Unscales fp16 gradients first, once per step; a no-op on accumulation micro-steps."""
+        if not self.sync_gradients:
+            return None
+        for opt in self._optimizers:
+            opt.unscale_once()
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters, clip_value: float) -> None:
+        if not self.sync_gradients:
+            return
+        for opt in self._optimizers:
+            opt.unscale_once()
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        return any(o.step_was_skipped for o in self._optimizers)
+
+    # --- data and collectives ---------------------------------------------------------------------
+    def skip_first_batches(self, dataloader: PreparedDataLoader, num_batches: int = 0):
+        if not isinstance(dataloader, PreparedDataLoader):
+            raise HpcError("skip_first_batches needs a dataloader returned by prepare()", fix="prepare it first")
+        return SkipFirstBatches(dataloader, num_batches)
+
+    def gather(self, data):
+        return ops.gather(data, self.num_processes)
+
+    def gather_for_metrics(self, data):
+        """gather(), minus the samples the last batch repeated to keep ranks even."""
+        gathered = self.gather(data)
+        if self.gradient_state.remainder >= 0:
+            gathered = ops.truncate(gathered, self.gradient_state.remainder)
+        return gathered
+
+    def reduce(self, data, reduction: str = "mean"):
+        return ops.reduce(data, self.num_processes, reduction)
+
+    def pad_across_processes(self, data, dim: int = 0, pad_index: int = 0, pad_first: bool = False):
+        return ops.pad_across_processes(data, self.num_processes, dim, pad_index, pad_first)
+
+    def wait_for_everyone(self) -> None:
+        if self.state.distributed:
+            dist.barrier()
+
+    @contextlib.contextmanager
+    def main_process_first(self):
+        """The main process runs the block first (e.g. downloads, caches), then the others."""
+        if not self.is_main_process:
+            self.wait_for_everyone()
+        yield
+        if self.is_main_process:
+            self.wait_for_everyone()
+
+    def on_main_process(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, **kwargs) if self.is_main_process else None
+
+        return wrapper
+
+    @contextlib.contextmanager
+    def split_between_processes(self, inputs, apply_padding: bool = False):
+        """This rank's contiguous share of a list (or tensor, or dict of them); padded with the last item if asked."""
+        n, world, rank = len(inputs[next(iter(inputs))] if isinstance(inputs, dict) else inputs), \
+            self.num_processes, self.process_index
+        per, extra = divmod(n, world)
+        start = rank * per + min(rank, extra)
+        end = start + per + (1 if rank < extra else 0)
+
+        def share(x):
+            part = x[start:end]
+            if apply_padding and extra and rank >= extra and len(x):
+                tail = x[-1:]
+                part = torch.cat([part, tail]) if isinstance(x, torch.Tensor) else list(part) + list(tail)
+            return part
+
+        yield {k: share(v) for k, v in inputs.items()} if isinstance(inputs, dict) else share(inputs)
+
+    def print(self, *args, **kwargs) -> None:
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    # --- models, tracking, the end ----------------------------------------------------------------
+    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return self.strategy.unwrap(model)
+
+    def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike) -> None:
+        """The unwrapped model's weights, written by the main process through a temporary name."""
+        self.wait_for_everyone()
+        if self.is_main_process:
+            folder = Path(save_directory)
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f".model.pt.tmp{os.getpid()}"
+            torch.save(self.unwrap_model(model).state_dict(), tmp)
+            os.replace(tmp, folder / "model.pt")
+        self.wait_for_everyone()
+
+    def free_memory(self, *objects):
+        self._models.clear()
+        self._optimizers.clear()
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return [None] * len(objects)
+
+    def init_trackers(self, project_name: str, config: dict | None = None) -> None:
+        if not self.is_main_process:
+            return
+        for name in ["jsonl", *[n for n in self.log_with if n != "jsonl"]]:
+            if name not in TRACKERS:
+                raise HpcError(f"log_with={name!r} is not a tracker hpc knows", fix=f"use one of {', '.join(TRACKERS)}")
+            self._trackers.append(TRACKERS[name](self.project_dir / "logs", project_name, config))
+
+    def log(self, values: dict, step: int | None = None) -> None:
+        for tracker in self._trackers:
+            tracker.log(values, step)
+
+    def end_training(self) -> None:
+        for tracker in self._trackers:
+            tracker.finish()
+        self._trackers.clear()
+        if self.state.distributed and dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,72 @@
+"""Collectives over tensors and nests of tensors (dicts, lists, tuples)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def _map(fn, data):
+    if isinstance(data, torch.Tensor):
+        return fn(data)
+    if isinstance(data, dict):
+        return type(data)({k: _map(fn, v) for k, v in data.items()})
+    if isinstance(data, (list, tuple)):
+        return type(data)(_map(fn, v) for v in data)
+    return data
+
+
+def gather(data, world: int):
+    """Every rank's tensors, concatenated along dim 0 (rank 0's first). Shapes must agree but in dim 0."""
+    if world == 1:
+        return data
+
+    def one(t: torch.Tensor) -> torch.Tensor:
+        t = t.contiguous() if t.dim() else t.reshape(1)
+        parts = [torch.empty_like(t) for _ in range(world)]
+        dist.all_gather(parts, t)
+        return torch.cat(parts, dim=0)
+
+    return _map(one, data)
+
+
+def reduce(data, world: int, op: str = "mean"):
+    if world == 1:
+        return data
+    if op not in ("sum", "mean"):
+        raise ValueError(f"reduction {op!r}: use 'sum' or 'mean'")
+
+    def one(t: torch.Tensor) -> torch.Tensor:
+        out = t.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out / world if op == "mean" else out
+
+    return _map(one, data)
+
+
+def pad_across_processes(data, world: int, dim: int = 0, pad_index: int = 0, pad_first: bool = False):
+    """Pad each tensor along ``dim`` to the largest size any rank has, so it can be gathered."""
+    if world == 1:
+        return data
+
+    def one(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() == 0:
+            return t
+        size = torch.tensor([t.shape[dim]], device=t.device)
+        sizes = gather(size, world)
+        longest = int(sizes.max())
+        if t.shape[dim] == longest:
+            return t
+        shape = list(t.shape)
+        shape[dim] = longest
+        out = t.new_full(shape, pad_index)
+        index = [slice(None)] * t.dim()
+        index[dim] = slice(longest - t.shape[dim], longest) if pad_first else slice(0, t.shape[dim])
+        out[tuple(index)] = t
+        return out
+
+    return _map(one, data)
+
+
+def truncate(data, n: int):
+    return _map(lambda t: t[:n], data)

@@ -1,0 +1,45 @@
+"""Mixed precision: fp32, bf16 (autocast), fp16 (autocast and a GradScaler that skips inf steps)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from hpc.errors import HpcError
+from hpc.runtime.handlers import GradScalerKwargs
+
+MODES = ("no", "fp32", "bf16", "fp16")
+
+
+class Precision:
+    def __init__(self, mode: str | None, device: torch.device, scaler_kwargs: GradScalerKwargs | None = None):
+        mode = (mode or "no").lower()
+        if mode not in MODES:
+            raise HpcError(f"mixed_precision={mode!r} is not supported", fix="use 'no', 'bf16' or 'fp16'")
+        self.mode = "no" if mode == "fp32" else mode
+        self.device = device
+        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.mode)
+        self.scaler = None
+        if self.mode == "fp16":
+            k = scaler_kwargs or GradScalerKwargs()
+            self.scaler = torch.amp.GradScaler(device.type, init_scale=k.init_scale, growth_factor=k.growth_factor,
+                                               backoff_factor=k.backoff_factor, growth_interval=k.growth_interval,
+                                               enabled=k.enabled)
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def wrap_forward(self, model: torch.nn.Module) -> None:
+        """Run the model's forward under autocast, so the user's loop needs no context of its own."""
+        if self.dtype is None:
+            return
+        forward = model.forward
+
+        def autocast_forward(*args, **kwargs):
+            with self.autocast():
+                return forward(*args, **kwargs)
+
+        model.forward = autocast_forward
