@@ -230,6 +230,8 @@ def runtime_config(effective: Effective) -> dict:
         "elastic": job.elastic,
         "max_restarts": job.max_restarts,
         "preemption": to_plain(profile.preemption),
+        "mixed_precision": job.mixed_precision,
+        "gradient_accumulation_steps": job.gradient_accumulation_steps,
         "network_interface": profile.network_interface,
     }
 

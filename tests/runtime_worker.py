@@ -64,6 +64,18 @@ def main():
 
         acc, _ = train(batch_size=4, k=k, steps=5, handlers=[DistributedDataParallelKwargs(comm_hook=counting_hook)])
         result = {"allreduces": len(calls), "windows": 5}
+    elif mode == "settings":  # what the job's runtime config says reaches Accelerator
+        acc = Accelerator()
+        result = {"mixed_precision": acc.mixed_precision, "k": acc.gradient_accumulation_steps,
+                  "world": acc.num_processes, "type": acc.distributed_type}
+    elif mode == "resume":  # epoch-seeded shuffling and skip_first_batches
+        acc = Accelerator(seed=7)
+        loader = acc.prepare(torch.utils.data.DataLoader(torch.arange(40), batch_size=4, shuffle=True))
+        first = [b.tolist() for b in loader]               # epoch 0
+        second = [b.tolist() for b in loader]              # epoch 1: another order
+        loader.set_epoch(1)
+        rest = [b.tolist() for b in acc.skip_first_batches(loader, 2)]
+        result = {"first": first, "second": second, "rest": rest}
     elif mode == "gather":
         acc = Accelerator()
         loader = acc.prepare(torch.utils.data.DataLoader(torch.arange(10), batch_size=2))

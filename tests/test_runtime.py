@@ -99,21 +99,62 @@ def test_bf16_runs(single):
     assert math.isfinite(loss.item())
 
 
+FOUR = HERE.parent / "scripts" / "examples" / "four_lines.py"
+
+
 def test_the_four_line_example_runs_unchanged_under_hpc_launch(tmp_path):
-    example = tmp_path / "four.py"
-    example.write_text(
-        "import torch\nfrom hpc import Accelerator\naccelerator = Accelerator()\n"
-        "dataset = torch.randn(64, 10)\nmodel = torch.nn.Linear(10, 2)\n"
-        "optimizer = torch.optim.Adam(model.parameters())\n"
-        "dataloader = torch.utils.data.DataLoader(dataset, batch_size=32)\n"
-        "model, optimizer, dataloader = accelerator.prepare(model, optimizer, dataloader)\n"
-        "for batch in dataloader:\n    optimizer.zero_grad()\n    loss = model(batch).mean()\n"
-        "    accelerator.backward(loss)\n    optimizer.step()\n"
-        # one write per line: two ranks share the pipe, and a short write is not interleaved
-        "import sys\nsys.stdout.write(f'rank {accelerator.process_index} of {accelerator.num_processes} "
-        "{accelerator.distributed_type}\\n')\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "MASTER_", "SLURM_"))}
-    proc = subprocess.run([sys.executable, "-m", "hpc", "launch", "--nproc", "2", str(example)], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "hpc", "launch", "--nproc", "2", str(FOUR)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(proc.stdout.split("\n")[:2]) == ["rank 0 of 2 ddp", "rank 1 of 2 ddp"]
+    assert sorted(proc.stdout.splitlines()) == ["rank 0 of 2 ddp", "rank 1 of 2 ddp"]
+
+
+def test_the_four_line_example_under_hpc_submit_local(tmp_path):
+    from tests.jobhelpers import hpc
+
+    proc = hpc(tmp_path, "submit", "-p", "local", "--nproc", "2", "--no-snapshot", "--wait", str(FOUR), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    logs = hpc(tmp_path, "logs", "--all", check=True).stdout
+    assert "[rank0] rank 0 of 2 ddp" in logs and "[rank1] rank 1 of 2 ddp" in logs
+
+
+@pytest.mark.slurm
+def test_the_four_line_example_on_two_slurm_nodes(slurm, tmp_path):
+    from tests.jobhelpers import hpc
+
+    proc = hpc(tmp_path, "submit", "-p", "slurm-local", "-N", "2", "--no-snapshot", "--wait", str(FOUR), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    logs = hpc(tmp_path, "logs", "--all", check=True).stdout
+    assert all(f"rank {r} of 4 ddp" in logs for r in range(4)), logs
+
+
+def test_runtime_config_settings_reach_the_accelerator(tmp_path):
+    """`hpc submit --mixed-precision bf16 --gradient-accumulation-steps 4` -> runtime.json -> Accelerator()."""
+    from tests.jobhelpers import hpc
+
+    out = tmp_path / "settings.json"
+    proc = hpc(tmp_path, "submit", "-p", "local", "--nproc", "2", "--mixed-precision", "bf16",
+               "--gradient-accumulation-steps", "4", "--no-snapshot", "--wait", str(WORKER), "--", "settings",
+               str(out), env={"PYTHONPATH": str(HERE.parent)}, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text()) == {"mixed_precision": "bf16", "k": 4, "world": 2, "type": "ddp"}
+
+
+def test_shuffle_is_seeded_by_epoch_and_skip_first_batches_resumes_mid_epoch(tmp_path):
+    a = run_worker(tmp_path, 2, "resume")
+    b = run_worker(tmp_path, 2, "resume")
+    assert a == b                                    # a restarted job sees the same order
+    assert a["first"] != a["second"]                 # each epoch reshuffles
+    assert a["rest"] == a["second"][2:]              # resuming epoch 1 after 2 batches
+
+
+def test_jsonl_tracking_on_the_main_process(single, tmp_path):
+    from hpc import Accelerator
+
+    acc = Accelerator(project_dir=tmp_path, cpu=True)
+    acc.init_trackers("run1", config={"lr": 0.1})
+    acc.log({"loss": torch.tensor(0.5)}, step=3)
+    acc.end_training()
+    lines = [json.loads(x) for x in (tmp_path / "logs" / "run1.jsonl").read_text().splitlines()]
+    assert lines[0]["config"] == {"lr": 0.1} and (lines[1]["step"], lines[1]["loss"]) == (3, 0.5)

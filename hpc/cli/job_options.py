@@ -35,6 +35,8 @@ _FLAGS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
     (("--after",), "after", {"multiple": True, "metavar": "JOB[:TYPE]", "help": "Start after JOB (afterok, or afterany/afternotok/...). Repeatable."}),
     (("--template",), "template", {"help": "Job template by name (./job_templates first)."}),
     (("--output-dir",), "output_dir", {"help": "Folder that holds job folders (default from the profile)."}),
+    (("--mixed-precision",), "mixed_precision", {"type": click.Choice(["no", "bf16", "fp16"]), "help": "Accelerator's precision in the job."}),
+    (("--gradient-accumulation-steps",), "gradient_accumulation_steps", {"type": int, "help": "Accelerator's accumulation in the job."}),
     (("--module", "-m"), "module", {"help": "Run a Python module (python -m MODULE) instead of a script."}),
 ]
 

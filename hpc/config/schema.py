@@ -138,6 +138,9 @@ class JobSpec(_Repr):
     # code snapshot outside git: file name patterns to take, and folder/file patterns to leave out
     snapshot_include: list[str] | None = None
     snapshot_exclude: list[str] = field(default_factory=list)
+    # in-job settings, read by Accelerator from the runtime config (arguments in code override them)
+    mixed_precision: Literal["no", "bf16", "fp16"] | None = None
+    gradient_accumulation_steps: int | None = _check(checks.positive, default=None)
 
     @property
     def elastic_range(self) -> tuple[int, int] | None:
