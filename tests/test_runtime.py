@@ -158,3 +158,15 @@ def test_jsonl_tracking_on_the_main_process(single, tmp_path):
     acc.end_training()
     lines = [json.loads(x) for x in (tmp_path / "logs" / "run1.jsonl").read_text().splitlines()]
     assert lines[0]["config"] == {"lr": 0.1} and (lines[1]["step"], lines[1]["loss"]) == (3, 0.5)
+
+
+def test_the_tiny_lm_example_learns(tmp_path):
+    example = HERE.parent / "scripts" / "examples" / "tiny_lm.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "MASTER_", "SLURM_"))}
+    proc = subprocess.run([sys.executable, "-m", "hpc", "launch", "--nproc", "2", str(example), "--steps", "15"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    final, uniform = (float(x) for x in proc.stdout.split("final loss ")[1].replace(")", "").split(" (uniform would be "))
+    assert final < 0.75 * uniform
+    logged = [json.loads(x) for x in (tmp_path / "logs" / "tiny_lm.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in logged[1:]] == list(range(1, 16))  # main process only: one line per step

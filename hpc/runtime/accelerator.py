@@ -239,6 +239,12 @@ class Accelerator:
 
         yield {k: share(v) for k, v in inputs.items()} if isinstance(inputs, dict) else share(inputs)
 
+    def progress(self, iterable=None, **kwargs):
+        """A tqdm progress bar on the local main process; the other ranks iterate silently."""
+        from tqdm.auto import tqdm
+
+        return tqdm(iterable, disable=not self.is_local_main_process, **kwargs)
+
     def print(self, *args, **kwargs) -> None:
         if self.is_local_main_process:
             print(*args, **kwargs)
