@@ -8,7 +8,10 @@ __version__ = "0.1.0"
 
 _LAZY = {"Accelerator": ("hpc.runtime", "Accelerator"), "set_seed": ("hpc.runtime", "set_seed"),
          "DistributedDataParallelKwargs": ("hpc.runtime", "DistributedDataParallelKwargs"),
-         "GradScalerKwargs": ("hpc.runtime", "GradScalerKwargs"),"submit": ("hpc.api", "submit"), "Job": ("hpc.api", "Job"), "FunctionJob": ("hpc.api", "FunctionJob"),
+         "GradScalerKwargs": ("hpc.runtime", "GradScalerKwargs"),
+         "FullyShardedDataParallelPlugin": ("hpc.runtime.plugins", "FullyShardedDataParallelPlugin"),
+         "DeepSpeedPlugin": ("hpc.runtime.plugins", "DeepSpeedPlugin"),
+         "submit": ("hpc.api", "submit"), "Job": ("hpc.api", "Job"), "FunctionJob": ("hpc.api", "FunctionJob"),
          "HpcError": ("hpc.errors", "HpcError")}
 
 

@@ -18,6 +18,7 @@ import jinja2
 from hpc import sweep as sweeps
 from hpc.config.precedence import Effective
 from hpc.config.schema import ClusterProfile, JobSpec
+from hpc.config.training import training_values
 from hpc.config.validate import to_plain
 from hpc.errors import HpcError
 from hpc.resources import search_path, user_cache_dir
@@ -233,6 +234,7 @@ def runtime_config(effective: Effective) -> dict:
         "mixed_precision": job.mixed_precision,
         "gradient_accumulation_steps": job.gradient_accumulation_steps,
         "network_interface": profile.network_interface,
+        **training_values(job),
     }
 
 

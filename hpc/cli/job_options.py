@@ -37,6 +37,9 @@ _FLAGS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
     (("--output-dir",), "output_dir", {"help": "Folder that holds job folders (default from the profile)."}),
     (("--mixed-precision",), "mixed_precision", {"type": click.Choice(["no", "bf16", "fp16"]), "help": "Accelerator's precision in the job."}),
     (("--gradient-accumulation-steps",), "gradient_accumulation_steps", {"type": int, "help": "Accelerator's accumulation in the job."}),
+    (("--strategy",), "strategy", {"type": click.Choice(["ddp", "fsdp", "deepspeed"]), "help": "How Accelerator spreads the model (other fsdp_*/ZeRO keys: --set or a job file)."}),
+    (("--zero-stage",), "zero_stage", {"type": click.IntRange(0, 3), "help": "DeepSpeed ZeRO stage (with --strategy deepspeed)."}),
+    (("--fsdp-sharding-strategy",), "fsdp_sharding_strategy", {"type": click.Choice(["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"]), "help": "FSDP sharding (with --strategy fsdp)."}),
     (("--module", "-m"), "module", {"help": "Run a Python module (python -m MODULE) instead of a script."}),
 ]
 

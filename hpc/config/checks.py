@@ -28,6 +28,12 @@ def non_negative(value: int) -> int:
     return value
 
 
+def zero_stage(value: int) -> int:
+    if value not in (0, 1, 2, 3):
+        raise HpcError("is not a ZeRO stage", fix="use 0, 1, 2 or 3")
+    return value
+
+
 def safe_value(value: str) -> str:
     if not _SAFE.fullmatch(value):
         raise HpcError("holds characters SLURM values cannot have (whitespace, quotes, $, `, ;, ...)",

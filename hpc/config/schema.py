@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from hpc.config import checks
+from hpc.config.training import TRAINING_KEYS, TrainingSettings
 from hpc.errors import ConfigError
 from hpc.slurm import formats
 
@@ -51,7 +52,7 @@ class Preemption(_Repr):
 
 
 @record
-class ClusterProfile(_Repr):
+class ClusterProfile(TrainingSettings, _Repr):
     name: str = _check(checks.job_name)
     description: str = ""
     scheduler: Literal["slurm", "local"] = "slurm"
@@ -63,6 +64,7 @@ class ClusterProfile(_Repr):
     max_nodes: int | None = _check(checks.positive, default=None)
     gpus_per_node: int = _check(checks.non_negative, default=0)
     gpu_type: str | None = _check(checks.safe_value, default=None)
+    gpu_memory: str | None = _check(checks.memory, default=None)  # one GPU's memory, for estimate-memory
     # how GPUs are asked for: --gpus-per-node=N, or --gres=gpu[:type]:N on sites that predate it
     gres_style: Literal["gpus-per-node", "gres"] = "gpus-per-node"
     tasks_per_node: int | None = _check(checks.positive, default=None)  # srun tasks on CPU-only nodes
@@ -102,7 +104,7 @@ def _exceeds(time: str, limit: str) -> bool:
 
 
 @record
-class JobSpec(_Repr):
+class JobSpec(TrainingSettings, _Repr):
     """Everything one job asks for, after precedence. Field names are the keys of job files and --set."""
 
     job_name: str = _check(checks.job_name, default="hpc-job")
@@ -167,4 +169,5 @@ PROFILE_DEFAULTS = {
     "template": "template",
     "snapshot_include": "snapshot_include",
     "snapshot_exclude": "snapshot_exclude",
+    **{key: key for key in TRAINING_KEYS},  # a site's training defaults (strategy, ZeRO stage, ...)
 }

@@ -1,6 +1,6 @@
 """`Accelerator`: the names Accelerate users know, as a thin facade.
 
-Backend differences live in strategies (single process, DDP; FSDP and DeepSpeed next), precision in
+Backend differences live in strategies (single process, DDP, FSDP2, DeepSpeed), precision in
 precision.py, sharding in data.py, collectives in ops.py. Settings come from the job's runtime config file
 (HPC_RUNTIME_CONFIG); arguments given here override it.
 """
@@ -23,6 +23,7 @@ from hpc.errors import HpcError
 from hpc.runtime import ops
 from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
 from hpc.runtime.handlers import GradScalerKwargs
+from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from hpc.runtime.precision import Precision
 from hpc.runtime.state import ProcessState
 from hpc.runtime.strategies import choose
@@ -37,6 +38,22 @@ class GradientState:
     remainder: int = -1  # real samples in the last gathered batch; -1 when not at the last batch
 
 
+def _choose_strategy(config: dict, fsdp_plugin, deepspeed_plugin) -> tuple[str | None, object]:
+    """Code beats the runtime config: a plugin passed here picks its strategy."""
+    if fsdp_plugin is not None and deepspeed_plugin is not None:
+        raise HpcError("fsdp_plugin and deepspeed_plugin were both given", fix="pass one of them")
+    if fsdp_plugin is not None:
+        return "fsdp", fsdp_plugin
+    if deepspeed_plugin is not None:
+        return "deepspeed", DeepSpeedPlugin.coerce(deepspeed_plugin)
+    kind = config.get("strategy")
+    if kind == "fsdp":
+        return kind, FullyShardedDataParallelPlugin.from_config(config)
+    if kind == "deepspeed":
+        return kind, DeepSpeedPlugin.from_config(config)
+    return kind, None
+
+
 def _runtime_config() -> dict:
     path = os.environ.get("HPC_RUNTIME_CONFIG")
     if not path or not os.path.exists(path):
@@ -48,17 +65,24 @@ def _runtime_config() -> dict:
 class Accelerator:
     def __init__(self, mixed_precision: str | None = None, gradient_accumulation_steps: int | None = None,
                  cpu: bool = False, project_dir: str | os.PathLike | None = None, log_with: str | list | None = None,
-                 kwargs_handlers: list | None = None, seed: int = 0):
+                 kwargs_handlers: list | None = None, seed: int = 0,
+                 fsdp_plugin: FullyShardedDataParallelPlugin | None = None,
+                 deepspeed_plugin: DeepSpeedPlugin | dict | None = None):
         config = _runtime_config()
+        kind, plugin = _choose_strategy(config, fsdp_plugin, deepspeed_plugin)
         mixed_precision = mixed_precision or config.get("mixed_precision")
-        steps = gradient_accumulation_steps or config.get("gradient_accumulation_steps") or 1
+        steps = (gradient_accumulation_steps or getattr(plugin, "gradient_accumulation_steps", None)
+                 or config.get("gradient_accumulation_steps") or 1)
         if not isinstance(steps, int) or steps < 1:
             raise HpcError(f"gradient_accumulation_steps={steps!r} must be a whole number >= 1", fix="use 1 or more")
         self.gradient_accumulation_steps = steps
         self.handlers = {type(h): h for h in (kwargs_handlers or [])}
-        self.state = ProcessState.start(cpu=cpu)
-        self.precision = Precision(mixed_precision, self.state.device, self.handlers.get(GradScalerKwargs))
-        self.strategy = choose(self.state, self.handlers)
+        self.state = ProcessState.start(cpu=cpu, need_group=kind in ("fsdp", "deepspeed"))
+        self.strategy = choose(kind, self.state, self.handlers, plugin)
+        self.precision = Precision(mixed_precision, self.state.device, self.strategy,
+                                   self.handlers.get(GradScalerKwargs))
+        self.strategy.mixed_precision = self.precision.mode
+        self.strategy.accumulation_steps = steps
         self.gradient_state = GradientState()
         self.project_dir = Path(project_dir or config.get("project_dir") or ".")
         self.log_with = [log_with] if isinstance(log_with, str) else list(log_with or [])
@@ -107,38 +131,41 @@ class Accelerator:
 
     # --- prepare ----------------------------------------------------------------------------------
     def prepare(self, *objects: Any):
-        """Models, optimizers, dataloaders and schedulers, in any order; returned in the same order."""
-        prepared = [self._prepare_one(o) for o in objects if not isinstance(o, torch.optim.lr_scheduler.LRScheduler)]
-        out, it = [], iter(prepared)
-        for o in objects:  # schedulers last: they must see the wrapped optimizers
-            out.append(self._prepare_scheduler(o) if isinstance(o, torch.optim.lr_scheduler.LRScheduler) else next(it))
+        """Models, optimizers, dataloaders and schedulers, in any order; returned in the same order.
+
+        Models and optimizers of one call go to the strategy together: FSDP re-points optimizers at the
+        shards, DeepSpeed builds one engine from both. Schedulers come last, to see the wrapped optimizers.
+        """
+        out: list[Any] = list(objects)
+        loaders = [i for i, o in enumerate(objects) if isinstance(o, torch.utils.data.DataLoader)]
+        models = [i for i, o in enumerate(objects) if isinstance(o, torch.nn.Module)]
+        optimizers = [i for i, o in enumerate(objects)
+                      if isinstance(o, torch.optim.Optimizer) and not isinstance(o, AcceleratedOptimizer)]
+        for i in loaders:
+            out[i] = PreparedDataLoader(objects[i], self, self.seed)
+        hints = {"micro_batch_size": next((objects[i].batch_size for i in loaders), None)}
+        for i in models:
+            self.precision.wrap_forward(objects[i])
+        new_models, new_optimizers = self.strategy.prepare([objects[i] for i in models],
+                                                           [objects[i] for i in optimizers], hints)
+        for i, model in zip(models, new_models):
+            out[i] = model
+            self._models.append(model)
+        for i, opt in zip(optimizers, new_optimizers):
+            out[i] = AcceleratedOptimizer(opt, self, user_optimizer=objects[i])
+            self._optimizers.append(out[i])
+        for i, o in enumerate(objects):
+            if isinstance(o, torch.optim.lr_scheduler.LRScheduler):
+                out[i] = self._prepare_scheduler(o)
         return out[0] if len(out) == 1 else tuple(out)
 
-    def _prepare_one(self, obj):
-        if isinstance(obj, torch.nn.Module):
-            self.precision.wrap_forward(obj)
-            model = self.strategy.wrap_model(obj)
-            self._models.append(model)
-            return model
-        if isinstance(obj, torch.optim.Optimizer):
-            opt = AcceleratedOptimizer(obj, self)
-            self._optimizers.append(opt)
-            return opt
-        if isinstance(obj, torch.utils.data.DataLoader):
-            return PreparedDataLoader(obj, self, self.seed)
-        return obj
-
     def _prepare_scheduler(self, scheduler):
-        mine = [o for o in self._optimizers if o.optimizer is scheduler.optimizer]
+        mine = [o for o in self._optimizers if scheduler.optimizer in (o.optimizer, o.user_optimizer)]
         return AcceleratedScheduler(scheduler, mine or self._optimizers, self)
 
     # --- the training step ------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs) -> None:
-        loss = loss / self.gradient_accumulation_steps
-        if self.precision.scaler is not None:
-            self.precision.scaler.scale(loss).backward(**kwargs)
-        else:
-            loss.backward(**kwargs)
+        self.strategy.backward(loss, self.gradient_accumulation_steps, self.precision.scaler, **kwargs)
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module):
@@ -146,6 +173,7 @@ class Accelerator:
         self.step += 1
         sync = self.step % self.gradient_accumulation_steps == 0 or self.gradient_state.end_of_dataloader
         self.gradient_state.sync_gradients = sync
+        self.strategy.micro_step(sync)
         with contextlib.ExitStack() as stack:
             if not sync:
                 for model in models or self._models:
@@ -166,7 +194,7 @@ class Accelerator:
             return None
         for opt in self._optimizers:
             opt.unscale_once()
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        return self.strategy.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
     def clip_grad_value_(self, parameters, clip_value: float) -> None:
         if not self.sync_gradients:
@@ -253,14 +281,20 @@ class Accelerator:
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         return self.strategy.unwrap(model)
 
+    def get_state_dict(self, model: torch.nn.Module) -> dict:
+        """The whole model's weights on the main process ({} on the others); every rank must call it."""
+        return self.strategy.full_state_dict(model)
+
     def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike) -> None:
-        """The unwrapped model's weights, written by the main process through a temporary name."""
+        """The whole model's weights (gathered from shards where sharded), written by the main process
+        through a temporary name."""
         self.wait_for_everyone()
+        state = self.get_state_dict(model)
         if self.is_main_process:
             folder = Path(save_directory)
             folder.mkdir(parents=True, exist_ok=True)
             tmp = folder / f".model.pt.tmp{os.getpid()}"
-            torch.save(self.unwrap_model(model).state_dict(), tmp)
+            torch.save(state, tmp)
             os.replace(tmp, folder / "model.pt")
         self.wait_for_everyone()
 

@@ -13,7 +13,7 @@ MODES = ("no", "fp32", "bf16", "fp16")
 
 
 class Precision:
-    def __init__(self, mode: str | None, device: torch.device, scaler_kwargs: GradScalerKwargs | None = None):
+    def __init__(self, mode: str | None, device: torch.device, strategy, scaler_kwargs: GradScalerKwargs | None = None):
         mode = (mode or "no").lower()
         if mode not in MODES:
             raise HpcError(f"mixed_precision={mode!r} is not supported", fix="use 'no', 'bf16' or 'fp16'")
@@ -23,7 +23,8 @@ class Precision:
         self.scaler = None
         if self.mode == "fp16":
             k = scaler_kwargs or GradScalerKwargs()
-            self.scaler = torch.amp.GradScaler(device.type, init_scale=k.init_scale, growth_factor=k.growth_factor,
+            # the strategy says which scaler (sharded models agree on skips; DeepSpeed scales by itself)
+            self.scaler = strategy.grad_scaler(device.type, init_scale=k.init_scale, growth_factor=k.growth_factor,
                                                backoff_factor=k.backoff_factor, growth_interval=k.growth_interval,
                                                enabled=k.enabled)
 

@@ -21,7 +21,8 @@ class ProcessState:
         return self.env.world_size > 1
 
     @classmethod
-    def start(cls, cpu: bool = False) -> "ProcessState":
+    def start(cls, cpu: bool = False, need_group: bool = False) -> "ProcessState":
+        """``need_group``: form a process group even for one process (FSDP and DeepSpeed need one)."""
         env = hpc_env.detect()
         hpc_env.export(env)
         use_cuda = torch.cuda.is_available() and not cpu
@@ -29,7 +30,7 @@ class ProcessState:
         if use_cuda:
             torch.cuda.set_device(device)
         backend = None
-        if env.world_size > 1:
+        if env.world_size > 1 or need_group:
             backend = "nccl" if use_cuda else "gloo"
             if not dist.is_initialized():
                 dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,

@@ -8,8 +8,10 @@ import torch
 class AcceleratedOptimizer(torch.optim.Optimizer):
     """step/zero_grad act only at the end of an accumulation window; fp16 steps go through the scaler."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, accelerator):
+    def __init__(self, optimizer: torch.optim.Optimizer, accelerator, user_optimizer=None):
+        # optimizer: what steps (the user's, or the backend's replacement); user_optimizer: what the user built
         self.optimizer, self.accelerator = optimizer, accelerator
+        self.user_optimizer = user_optimizer if user_optimizer is not None else optimizer
         self.step_was_skipped = False
         self._unscaled = False
 
@@ -40,20 +42,14 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none: bool = True):
         if self.accelerator.sync_gradients:
-            self.optimizer.zero_grad(set_to_none=set_to_none)
+            self.accelerator.strategy.zero_grad(self.optimizer, set_to_none)
 
     def step(self, closure=None):
         if not self.accelerator.sync_gradients:
             return None
-        scaler = self.accelerator.precision.scaler
         self._unscaled = False
-        if scaler is None:
-            self.step_was_skipped = False
-            return self.optimizer.step(closure)
-        before = scaler.get_scale()
-        scaler.step(self.optimizer)
-        scaler.update()
-        self.step_was_skipped = scaler.get_scale() < before  # an inf/nan gradient: no step, scale backed off
+        self.step_was_skipped = self.accelerator.strategy.optimizer_step(self.optimizer,
+                                                                          self.accelerator.precision.scaler, closure)
         return None
 
     def __repr__(self):

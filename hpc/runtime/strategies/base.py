@@ -6,21 +6,63 @@ import torch
 
 
 class Strategy:
-    """Wrap models for a way of training; say how to skip gradient sync; undo the wrapping."""
+    """One way of spreading training over processes. The Accelerator facade calls only these methods.
+
+    Defaults describe plain PyTorch (one process or DDP); FSDP and DeepSpeed override what they change.
+    """
 
     name = "base"
+    needs_process_group = False  # even with one process (FSDP meshes and DeepSpeed engines need one)
 
     def __init__(self, state, handlers: dict):
         self.state, self.handlers = state, handlers
 
+    # --- preparing ----------------------------------------------------------------------------------
+    def prepare(self, models: list, optimizers: list, hints: dict) -> tuple[list, list]:
+        """Wrap the models of one prepare() call; return the optimizers to use (the same, or replacements)."""
+        return [self.wrap_model(m) for m in models], optimizers
+
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         raise NotImplementedError
 
+    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model
+
+    def grad_scaler(self, device_type: str, **kwargs):
+        """The fp16 loss scaler; None where the backend scales by itself."""
+        return torch.amp.GradScaler(device_type, **kwargs)
+
+    # --- the step -----------------------------------------------------------------------------------
     def no_sync(self, model: torch.nn.Module):
         return contextlib.nullcontext()
 
-    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        return model
+    def micro_step(self, sync: bool) -> None:
+        """Called at the start of every accumulate() block with whether it ends a window."""
+
+    def backward(self, loss: torch.Tensor, accumulation_steps: int, scaler, **kwargs) -> None:
+        loss = loss / accumulation_steps
+        (scaler.scale(loss) if scaler is not None else loss).backward(**kwargs)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, scaler, closure=None) -> bool:
+        """Step; True when the step was skipped (fp16 inf/nan)."""
+        if scaler is None:
+            optimizer.step(closure)
+            return False
+        before = scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
+        return scaler.get_scale() < before  # no step was taken and the scale backed off
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer, set_to_none: bool = True) -> None:
+        optimizer.zero_grad(set_to_none=set_to_none)
+
+    def clip_grad_norm_(self, parameters, max_norm: float, norm_type: float = 2.0):
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    # --- weights out --------------------------------------------------------------------------------
+    def full_state_dict(self, model: torch.nn.Module) -> dict:
+        """The whole model's weights on the main process (every rank must call it); {} elsewhere."""
+        return self.unwrap(model).state_dict()
 
 
 class SingleProcess(Strategy):

@@ -1,0 +1,43 @@
+"""How the job trains: the strategy (DDP, FSDP, DeepSpeed) and its settings.
+
+One flat set of keys, shared by cluster profiles (a site's defaults), job files, ``--set`` and flags; they reach
+the job's processes through the runtime config, where ``Accelerator`` reads them. Torch-free.
+"""
+
+from dataclasses import dataclass, field, fields
+from typing import Literal
+
+from hpc.config import checks
+
+Strategy = Literal["ddp", "fsdp", "deepspeed"]
+ShardingStrategy = Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"]
+AutoWrapPolicy = Literal["TRANSFORMER_AUTO_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"]
+StateDictType = Literal["FULL_STATE_DICT", "SHARDED_STATE_DICT"]
+
+
+@dataclass(repr=False, eq=False, kw_only=True)
+class TrainingSettings:
+    # None everywhere: "not said here", so a lower layer (or Accelerator's own default) decides
+    strategy: Strategy | None = None
+    fsdp_sharding_strategy: ShardingStrategy | None = None
+    fsdp_auto_wrap_policy: AutoWrapPolicy | None = None
+    fsdp_transformer_layer_cls_to_wrap: list[str] | None = None
+    fsdp_min_num_params: int | None = field(metadata={"check": checks.non_negative}, default=None)
+    fsdp_cpu_offload: bool | None = None
+    fsdp_activation_checkpointing: bool | None = None
+    fsdp_state_dict_type: StateDictType | None = None
+    # reduce-scatter every micro-step: sharded gradients, less memory, more communication
+    fsdp_sync_each_microstep: bool | None = None
+    zero_stage: int | None = field(metadata={"check": checks.zero_stage}, default=None)
+    offload_optimizer: bool | None = None
+    offload_param: bool | None = None
+    deepspeed_config: str | None = field(metadata={"check": checks.safe_value}, default=None)  # a JSON file
+    gradient_clipping: float | None = None
+
+
+TRAINING_KEYS = [f.name for f in fields(TrainingSettings)]
+
+
+def training_values(obj) -> dict:
+    """The training keys of a JobSpec or profile that are set, for the runtime config."""
+    return {k: getattr(obj, k) for k in TRAINING_KEYS if getattr(obj, k) is not None}

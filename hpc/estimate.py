@@ -1,0 +1,137 @@
+"""Bytes per GPU for training a model of P parameters with AdamW, per strategy. Torch-free.
+
+The accounting (checked against measured runs in tests/test_strategies.py):
+- DDP keeps fp32 weights, fp32 gradients and Adam's two fp32 moments: 16 bytes a parameter, on every rank.
+  Mixed precision (autocast) casts on the fly and changes none of that.
+- ZeRO-1 shards Adam's moments, ZeRO-2 also the gradients, ZeRO-3 also the weights. Weights and gradients
+  are in the compute precision; DeepSpeed adds an fp32 master copy of each rank's partition.
+- FSDP2 shards fp32 weights, gradients and moments (8 + 4 + 4 bytes / N); mixed precision only adds
+  transient low-precision copies of the layer being computed.
+- Offload moves the sharded optimizer state (and with ZeRO-3 / FSDP the weights) to host memory.
+Activations: the per-layer transformer estimate of Korthikanti et al. (2022) when the shape is given.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from hpc.errors import HpcError
+
+# cheapest first: less communication and no host round trips before more sharding
+STRATEGIES = ("ddp", "zero1", "zero2", "fsdp_grad_op", "fsdp", "zero3", "zero2_offload", "fsdp_offload",
+              "zero3_offload")
+PRECISIONS = {"no": 4, "fp32": 4, "bf16": 2, "fp16": 2}
+_SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+
+@dataclass
+class Estimate:
+    strategy: str
+    params: int
+    grads: int
+    optimizer: int  # moments and master copies
+    activations: int
+    host: int  # offloaded to CPU memory
+
+    @property
+    def state_bytes(self) -> int:
+        return self.params + self.grads + self.optimizer
+
+    @property
+    def total(self) -> int:
+        return self.state_bytes + self.activations
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "state_bytes": self.state_bytes, "total": self.total}
+
+
+@dataclass
+class Shape:
+    """A transformer's shape, for the activation estimate."""
+
+    batch_size: int
+    seq_len: int
+    hidden_size: int
+    layers: int
+    heads: int = 0
+    checkpointing: bool = False
+
+    def activation_bytes(self, precision_bytes: int) -> int:
+        s, b, h, L = self.seq_len, self.batch_size, self.hidden_size, self.layers
+        if self.checkpointing:  # only each layer's input is kept; one layer is recomputed at a time
+            per_layer_16bit = 2 * s * b * h
+            recompute = s * b * h * (34 + (5 * self.heads * s / h if self.heads else 0))
+            return int((per_layer_16bit * L + recompute) * precision_bytes / 2)
+        per_layer_16bit = s * b * h * (34 + (5 * self.heads * s / h if self.heads else 0))
+        return int(per_layer_16bit * L * precision_bytes / 2)
+
+
+def parse_count(text: str | int | float) -> int:
+    """'7B', '125M', '1.3e9', 70000000 -> a parameter count."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        count = text
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([KMBGT]?)\s*", str(text), re.IGNORECASE)
+        if not m:
+            raise HpcError(f"{text!r} is not a parameter count", fix="write e.g. 7B, 125M, 1.3e9 or module:callable")
+        count = float(m.group(1)) * _SUFFIX[m.group(2).upper()]
+    if count < 1:
+        raise HpcError(f"{text!r} is not a parameter count", fix="give at least one parameter")
+    return int(count)
+
+
+def estimate(num_params: int, strategy: str, *, precision: str = "no", world_size: int = 1,
+             shape: Shape | None = None) -> Estimate:
+    if strategy not in STRATEGIES:
+        raise HpcError(f"strategy {strategy!r} is not known", fix=f"use one of {', '.join(STRATEGIES)}")
+    if precision not in PRECISIONS:
+        raise HpcError(f"precision {precision!r} is not known", fix="use no, bf16 or fp16")
+    if world_size < 1:
+        raise HpcError(f"world size {world_size} must be at least 1", fix="give 1 or more GPUs")
+    P, N, b = num_params, world_size, PRECISIONS[precision]
+    adam, master = 8 * P, 4 * P
+    base = strategy.removesuffix("_offload")
+    offload = strategy.endswith("_offload")
+    if base == "ddp":
+        params, grads, opt = 4 * P, 4 * P, adam
+    elif base == "zero1":
+        params, grads, opt = b * P, b * P, (adam + master) / N
+    elif base == "zero2":
+        params, grads, opt = b * P, b * P / N, (adam + master) / N
+    elif base == "zero3":
+        params, grads, opt = b * P / N, b * P / N, (adam + master) / N
+    else:  # fsdp, fsdp_grad_op: fp32 shards of everything
+        params, grads, opt = 4 * P / N, 4 * P / N, adam / N
+    host = 0
+    if offload:
+        host, opt = opt, 0
+        if base in ("zero3", "fsdp"):  # weights and gradients live on the host too; the GPU sees a layer at a time
+            host, params, grads = host + params + grads, 0, 0
+    activations = shape.activation_bytes(b) if shape else 0
+    return Estimate(strategy, int(params), int(grads), int(opt), activations, int(host))
+
+
+def cheapest_fit(estimates: list[Estimate], capacity: int) -> Estimate | None:
+    """The first strategy (in STRATEGIES' order: least communication first) whose total fits."""
+    order = {name: i for i, name in enumerate(STRATEGIES)}
+    for e in sorted(estimates, key=lambda e: order[e.strategy]):
+        if e.total <= capacity:
+            return e
+    return None
+
+
+def count_parameters(target: str) -> int:
+    """'package.module:callable' -> the number of parameters of the model it builds, on the meta device."""
+    import importlib
+
+    module_name, _, attr = target.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise HpcError(f"cannot load {target!r}: {e}", fix="give module:callable importable from here") from None
+    import torch
+
+    with torch.device("meta"):  # no memory is allocated, however large the model
+        model = factory()
+    return sum(p.numel() for p in model.parameters())

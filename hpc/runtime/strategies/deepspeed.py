@@ -1,0 +1,117 @@
+"""DeepSpeed ZeRO 0-3: the engine owns backward, step and zero_grad; the user's loop stays the DDP loop.
+
+The Accelerator's accumulation window is handed to the engine (its boundary flag), so DeepSpeed reduces
+gradients exactly where DDP would; the engine scales the loss by the accumulation steps itself.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+
+from hpc.errors import HpcError
+from hpc.runtime.plugins import DeepSpeedPlugin
+from hpc.runtime.strategies import deepspeed_config
+from hpc.runtime.strategies.base import Strategy
+
+
+def import_deepspeed(device_type: str):
+    if device_type == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+    import deepspeed.ops
+
+    # The CPU accelerator JIT-compiles a shared-memory all-reduce (~30 s cold) used only by inference;
+    # training all-reduces through the torch process group, so it is not built.
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    # ZeRO calls the old collective names on every step: one warning per call would flood the job's log
+    warnings.filterwarnings("ignore", message=r".*is deprecated\. Please use `torch\.distributed\.",
+                            category=FutureWarning)
+    return deepspeed
+
+
+def _cpu_adam(optimizer: torch.optim.Optimizer):
+    """ZeRO-Offload steps on the CPU with DeepSpeed's own Adam; carry the user's settings over."""
+    if not isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        raise HpcError(f"optimizer offload needs Adam or AdamW, not {type(optimizer).__name__}",
+                       fix="use torch.optim.AdamW, or turn offload_optimizer off")
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    d = optimizer.defaults
+    groups = [{k: v for k, v in g.items() if k in ("params", "lr", "betas", "eps", "weight_decay")}
+              for g in optimizer.param_groups]
+    return DeepSpeedCPUAdam(groups, lr=d["lr"], betas=d["betas"], eps=d["eps"], weight_decay=d["weight_decay"],
+                            adamw_mode=isinstance(optimizer, torch.optim.AdamW))
+
+
+class DeepSpeedStrategy(Strategy):
+    name = "deepspeed"
+    needs_process_group = True
+
+    def __init__(self, state, handlers, plugin: DeepSpeedPlugin | None):
+        super().__init__(state, handlers)
+        self.plugin = plugin or DeepSpeedPlugin()
+        self.mixed_precision = "no"  # set by the Accelerator before prepare
+        self.accumulation_steps = 1
+        self.engine = None
+        self.config: dict | None = None
+        self._warned_clip = False
+
+    def prepare(self, models, optimizers, hints):
+        if not models:
+            if optimizers:
+                raise HpcError("under DeepSpeed the optimizer is prepared together with its model",
+                               fix="call accelerator.prepare(model, optimizer, ...) in one call")
+            return [], []
+        if self.engine is not None or len(models) > 1 or len(optimizers) > 1:
+            raise HpcError("DeepSpeed trains one model with one optimizer per Accelerator",
+                           fix="prepare one model and its optimizer")
+        deepspeed = import_deepspeed(self.state.device.type)
+        self.config = deepspeed_config.build(
+            self.plugin, micro_batch_size=hints.get("micro_batch_size") or 1,
+            gradient_accumulation_steps=self.accumulation_steps, world_size=self.state.env.world_size,
+            mixed_precision=self.mixed_precision, num_params=sum(p.numel() for p in models[0].parameters()))
+        optimizer = optimizers[0] if optimizers else None
+        if optimizer is not None and self.plugin.offload_optimizer:
+            optimizer = _cpu_adam(optimizer)
+        engine, ds_optimizer, _, _ = deepspeed.initialize(model=models[0], optimizer=optimizer, config=self.config,
+                                                          dist_init_required=False)
+        self.engine = engine
+        return [engine], ([ds_optimizer] if optimizers else [])
+
+    def unwrap(self, model):
+        return getattr(model, "module", model)
+
+    def grad_scaler(self, device_type, **kwargs):
+        return None  # the engine scales fp16 losses itself
+
+    def micro_step(self, sync: bool) -> None:
+        if self.engine is not None:
+            self.engine.set_gradient_accumulation_boundary(sync)
+
+    def backward(self, loss, accumulation_steps, scaler, **kwargs):
+        self.engine.backward(loss, **kwargs)  # divides by the accumulation steps itself
+
+    def optimizer_step(self, optimizer, scaler, closure=None) -> bool:
+        self.engine.step()  # also zeroes the gradients
+        return not self.engine.was_step_applied()
+
+    def zero_grad(self, optimizer, set_to_none: bool = True) -> None:
+        pass  # engine.step() did
+
+    def clip_grad_norm_(self, parameters, max_norm: float, norm_type: float = 2.0):
+        configured = self.config.get("gradient_clipping") if self.config else None
+        if configured != max_norm and not self._warned_clip:
+            warnings.warn(f"DeepSpeed clips inside its step with gradient_clipping={configured}; "
+                          f"clip_grad_norm_({max_norm}) does not change that: set gradient_clipping instead",
+                          stacklevel=3)
+            self._warned_clip = True
+        return None
+
+    def full_state_dict(self, model):
+        if self.engine.zero_optimization_partition_weights():  # ZeRO-3: gather the shards on every rank
+            state = self.engine._zero3_consolidated_16bit_state_dict()
+            return state if self.state.env.rank == 0 else {}
+        return self.unwrap(model).state_dict()

@@ -1,0 +1,147 @@
+"""FSDP2 (`fully_shard`): parameters, gradients and optimizer state sharded over the ranks.
+
+FULL_SHARD reshards after forward; SHARD_GRAD_OP keeps parameters gathered between forward and backward;
+NO_SHARD and HYBRID_SHARD use a 2-D mesh (replicate x shard): (world x 1), and (nodes x local ranks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from hpc.errors import HpcError
+from hpc.runtime.plugins import FullyShardedDataParallelPlugin
+from hpc.runtime.strategies.base import Strategy
+
+_CHECKPOINT_PREFIX = "_checkpoint_wrapped_module."
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class FSDPStrategy(Strategy):
+    name = "fsdp"
+    needs_process_group = True
+
+    def __init__(self, state, handlers, plugin: FullyShardedDataParallelPlugin | None):
+        super().__init__(state, handlers)
+        self.plugin = plugin or FullyShardedDataParallelPlugin()
+        self.mixed_precision = "no"  # set by the Accelerator before prepare
+        self._new_params: dict[int, torch.nn.Parameter] = {}  # id(original parameter) -> its sharded successor
+        self._optimizers: list[torch.optim.Optimizer] = []
+
+    # --- preparing ----------------------------------------------------------------------------------
+    def mesh(self):
+        env, kind = self.state.env, self.plugin.sharding_strategy
+        device = self.state.device.type
+        if kind == "NO_SHARD":
+            return init_device_mesh(device, (env.world_size, 1), mesh_dim_names=("replicate", "shard"))
+        if kind == "HYBRID_SHARD":
+            local = env.local_world_size
+            if env.world_size % local:
+                raise HpcError(f"HYBRID_SHARD needs the same number of ranks on every node ({env.world_size} ranks, "
+                               f"{local} on this node)", fix="use FULL_SHARD, or even nodes")
+            return init_device_mesh(device, (env.world_size // local, local), mesh_dim_names=("replicate", "shard"))
+        return init_device_mesh(device, (env.world_size,), mesh_dim_names=("shard",))
+
+    def _policy(self) -> dict:
+        plugin = self.plugin
+        reshard = plugin.reshard_after_forward
+        if reshard is None:
+            reshard = plugin.sharding_strategy in ("FULL_SHARD", "HYBRID_SHARD")
+        mp = plugin.mixed_precision_policy
+        if mp is None and self.mixed_precision in _DTYPES:
+            # compute in low precision, reduce gradients in fp32: sums over many ranks stay accurate
+            mp = MixedPrecisionPolicy(param_dtype=_DTYPES[self.mixed_precision], reduce_dtype=torch.float32)
+        policy = {"mesh": self.mesh(), "reshard_after_forward": reshard}
+        if mp is not None:
+            policy["mp_policy"] = mp
+        if plugin.cpu_offload:
+            policy["offload_policy"] = CPUOffloadPolicy(pin_memory=self.state.device.type == "cuda")
+        return policy
+
+    def _wrap_here(self, module: torch.nn.Module) -> bool:
+        plugin = self.plugin
+        if plugin.auto_wrap_policy == "TRANSFORMER_AUTO_WRAP":
+            return type(module).__name__ in self._layer_names
+        if plugin.auto_wrap_policy == "SIZE_BASED_WRAP":
+            own = sum(p.numel() for p in module.parameters() if not isinstance(p, torch.distributed.tensor.DTensor))
+            return own >= plugin.min_num_params
+        return False
+
+    def wrap_model(self, model):
+        if isinstance(model, FSDPModule):
+            return model
+        plugin = self.plugin
+        names = {id(p): n for n, p in model.named_parameters()}
+        self._layer_names = set(plugin.transformer_cls_names_to_wrap or getattr(model, "_no_split_modules", None) or [])
+        if plugin.auto_wrap_policy == "TRANSFORMER_AUTO_WRAP":
+            present = {type(m).__name__ for m in model.modules()}
+            missing = sorted(self._layer_names - present)
+            if not self._layer_names or missing:
+                raise HpcError(f"TRANSFORMER_AUTO_WRAP: layer class {', '.join(missing) or '(none named)'} is not in "
+                               "the model", fix="name the block class in transformer_cls_names_to_wrap "
+                               f"(the model has {', '.join(sorted(present)[:8])})")
+        if not plugin.cpu_offload:
+            model = model.to(self.state.device)
+        if plugin.activation_checkpointing:
+            from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
+
+            wanted = self._layer_names or {type(m).__name__ for m in model.children()}
+            apply_activation_checkpointing(model, check_fn=lambda m: type(m).__name__ in wanted)
+        policy = self._policy()
+        # innermost first: a block is sharded before the module holding it
+        for module in reversed(list(model.modules())):
+            if module is not model and self._wrap_here(module):
+                fully_shard(module, **policy)
+        fully_shard(model, **policy)
+        now = {n.replace(_CHECKPOINT_PREFIX, ""): p for n, p in model.named_parameters()}
+        for old_id, name in names.items():
+            self._new_params[old_id] = now[name]
+        for opt in self._optimizers:
+            self._switch(opt)
+        return model
+
+    def prepare(self, models, optimizers, hints):
+        wrapped = [self.wrap_model(m) for m in models]
+        for opt in optimizers:
+            self._switch(opt)
+            self._optimizers.append(opt)
+        return wrapped, optimizers
+
+    def _switch(self, optimizer: torch.optim.Optimizer) -> None:
+        """fully_shard replaces parameters; an optimizer built on the originals must update the shards."""
+        for group in optimizer.param_groups:
+            group["params"] = [self._new_params.get(id(p), p) for p in group["params"]]
+
+    def grad_scaler(self, device_type: str, **kwargs):
+        # every rank must agree on skipping: found-inf is all-reduced over the shards
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        return ShardedGradScaler(device_type, **kwargs)
+
+    # --- the step -----------------------------------------------------------------------------------
+    def no_sync(self, model):
+        if self.plugin.sync_each_microstep or not isinstance(model, FSDPModule):
+            return contextlib.nullcontext()
+        return _gradient_sync_off(model)
+
+    def clip_grad_norm_(self, parameters, max_norm: float, norm_type: float = 2.0):
+        norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+
+    # --- weights out --------------------------------------------------------------------------------
+    def full_state_dict(self, model):
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_model_state_dict(model, options=options)
+
+
+@contextlib.contextmanager
+def _gradient_sync_off(model):
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
