@@ -124,3 +124,23 @@ def test_the_estimator_is_within_10_percent_of_zero_runs(zero_runs, name, strate
     run = zero_runs[name]
     figure = estimate(run["params"], strategy, precision=precision, world_size=2).state_bytes
     assert abs(figure - run["held_bytes"]) <= 0.10 * run["held_bytes"]
+
+
+FOUR = HERE.parent / "scripts" / "examples" / "four_lines.py"
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("flags,kind", [(["--strategy", "fsdp"], "fsdp"),
+                                        (["--strategy", "deepspeed", "--zero-stage", "2"], "deepspeed"),
+                                        (["--launcher", "deepspeed", "--strategy", "deepspeed", "--zero-stage", "2"],
+                                         "deepspeed")])
+def test_two_node_fsdp_and_zero2_jobs_run_to_completion_on_slurm(slurm, tmp_path, flags, kind):
+    """The strategy is chosen by a flag only: the 4-line example's code does not change. The third case starts
+    the ranks through DeepSpeed's own launcher (its slurm runner, with the hostfile from the allocation)."""
+    from tests.jobhelpers import hpc
+
+    proc = hpc(tmp_path, "submit", "-p", "slurm-local", "-N", "2", "--no-snapshot", *flags, "--wait", str(FOUR),
+               timeout=300)
+    assert proc.returncode == 0, proc.stderr + hpc(tmp_path, "logs", "--all").stdout[-3000:]
+    logs = hpc(tmp_path, "logs", "--all", check=True).stdout
+    assert all(f"rank {r} of 4 {kind}" in logs for r in range(4)), logs
