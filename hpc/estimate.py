@@ -7,7 +7,8 @@ The accounting (checked against measured runs in tests/test_strategies.py):
   are in the compute precision; DeepSpeed adds an fp32 master copy of each rank's partition.
 - FSDP2 shards fp32 weights, gradients and moments (8 + 4 + 4 bytes / N); mixed precision only adds
   transient low-precision copies of the layer being computed.
-- Offload moves the sharded optimizer state (and with ZeRO-3 / FSDP the weights) to host memory.
+- Offload moves the sharded optimizer state (and with ZeRO-3 / FSDP weights and gradients) to host memory;
+  the layer being computed still passes through the GPU (not counted: it depends on the layer's size).
 Activations: the per-layer transformer estimate of Korthikanti et al. (2022) when the shape is given.
 """
 

@@ -180,6 +180,7 @@ print("HEAVY=" + ",".join(heavy))
     ["render", "-p", "big", "-N", "1024", "-w", "nid[000001-001024]", "--launcher", "deepspeed", "train.py"],
     ["profile", "list"],
     ["env"],
+    ["estimate-memory", "7B", "-p", "perlmutter", "-N", "2", "--json"],
 ], ids=lambda a: " ".join(a[:2]))
 def test_login_path_imports_no_torch(project, args):
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=project, capture_output=True, text=True,
