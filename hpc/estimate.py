@@ -3,7 +3,8 @@
 The accounting (checked against measured runs in tests/test_strategies.py):
 - DDP keeps fp32 weights, fp32 gradients and Adam's two fp32 moments: 16 bytes a parameter, on every rank.
   Mixed precision (autocast) casts on the fly and changes none of that.
-- ZeRO-1 shards Adam's moments, ZeRO-2 also the gradients, ZeRO-3 also the weights. Weights and gradients
+- ZeRO-1 shards Adam's moments, ZeRO-2 also the gradients, ZeRO-3 also the weights (DeepSpeed's ZeRO-1 ends
+  up holding only its gradient partition too: measured equal to ZeRO-2). Weights and gradients
   are in the compute precision; DeepSpeed adds an fp32 master copy of each rank's partition.
 - FSDP2 shards fp32 weights, gradients and moments (8 + 4 + 4 bytes / N); mixed precision only adds
   transient low-precision copies of the layer being computed.
@@ -97,7 +98,9 @@ def estimate(num_params: int, strategy: str, *, precision: str = "no", world_siz
     if base == "ddp":
         params, grads, opt = 4 * P, 4 * P, adam
     elif base == "zero1":
-        params, grads, opt = b * P, b * P, (adam + master) / N
+        # measured: DeepSpeed's stage 1 reduces gradients bucket by bucket into the rank's partition during
+        # backward, as stage 2 does, so it holds the same bytes; the stages differ in communication
+        params, grads, opt = b * P, b * P / N, (adam + master) / N
     elif base == "zero2":
         params, grads, opt = b * P, b * P / N, (adam + master) / N
     elif base == "zero3":

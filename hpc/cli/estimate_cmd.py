@@ -22,6 +22,8 @@ def _gib(n: int) -> str:
 @click.option("-N", "--nodes", type=int, default=1, show_default=True)
 @click.option("-p", "--profile", help="Take gpus_per_node and gpu_memory from this profile.")
 @click.option("--gpu-memory", help="Memory of one GPU, e.g. 80G (default: the profile's gpu_memory).")
+@click.option("--headroom", type=click.FloatRange(0, 0.9), default=0.1, show_default=True,
+              help="Share of GPU memory kept free (CUDA context, allocator fragmentation, buffers).")
 @click.option("--batch-size", type=int, help="Micro-batch per GPU (with --seq-len, --hidden-size, --layers).")
 @click.option("--seq-len", type=int)
 @click.option("--hidden-size", type=int)
@@ -29,7 +31,7 @@ def _gib(n: int) -> str:
 @click.option("--heads", type=int, default=0)
 @click.option("--activation-checkpointing", is_flag=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def estimate_memory(model, strategies, precision, world_size, nodes, profile, gpu_memory, batch_size, seq_len,
+def estimate_memory(model, strategies, precision, world_size, nodes, profile, gpu_memory, headroom, batch_size, seq_len,
                     hidden_size, layers, heads, activation_checkpointing, as_json):
     """Estimate training memory per GPU for MODEL: a parameter count (7B, 125M, 1.3e9) or module:callable,
     built on the meta device.
@@ -62,11 +64,11 @@ def estimate_memory(model, strategies, precision, world_size, nodes, profile, gp
         shape = est.Shape(batch_size, seq_len, hidden_size, layers, heads, activation_checkpointing)
     names = strategies or est.STRATEGIES
     results = [est.estimate(count, s, precision=precision, world_size=world_size, shape=shape) for s in names]
-    capacity = formats.parse_memory(capacity_text) * 2**20 if capacity_text else None
+    capacity = int(formats.parse_memory(capacity_text) * 2**20 * (1 - headroom)) if capacity_text else None
     best = est.cheapest_fit(results, capacity) if capacity else None
     if as_json:
         echo_json({"parameters": count, "precision": precision, "world_size": world_size,
-                   "gpu_memory_bytes": capacity, "fits": best.strategy if best else None,
+                   "usable_gpu_memory_bytes": capacity, "fits": best.strategy if best else None,
                    "strategies": [r.as_dict() for r in results]})
         return
     click.echo(f"{count:,} parameters, {precision}, {world_size} GPU(s), AdamW; GiB per GPU"
@@ -75,5 +77,5 @@ def estimate_memory(model, strategies, precision, world_size, nodes, profile, gp
              _gib(r.host), "" if capacity is None else ("yes" if r.total <= capacity else "no")) for r in results]
     click.echo(table(["strategy", "params", "grads", "optimizer", "activations", "total", "host", "fits"], rows))
     if capacity is not None:
-        click.echo(f"cheapest that fits {capacity_text}: {best.strategy}" if best else
+        click.echo(f"cheapest that fits {capacity_text} (keeping {headroom:.0%} free): {best.strategy}" if best else
                    f"nothing fits {capacity_text}: add GPUs, shorten sequences or checkpoint activations")
