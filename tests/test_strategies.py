@@ -46,7 +46,14 @@ def torch_runs(tmp_path_factory):
     """DDP (the reference) and FSDP2, fp32 and with accumulation K=2, plus the bf16 pair for memory."""
     specs = {"ddp": spec("ddp"), "ddp_k2": spec("ddp", k=2), "ddp_bf16": spec("ddp", mixed_precision="bf16"),
              "full": spec("fsdp", **FSDP["full"]), "full_k2": spec("fsdp", k=2, **FSDP["full"]),
-             "grad_op": spec("fsdp", **FSDP["grad_op"]), "grad_op_k2": spec("fsdp", k=2, **FSDP["grad_op"])}
+             "grad_op": spec("fsdp", **FSDP["grad_op"]), "grad_op_k2": spec("fsdp", k=2, **FSDP["grad_op"]),
+             # the other sharding layouts and options: each must leave the arithmetic as DDP's
+             "no_shard": spec("fsdp", sharding_strategy="NO_SHARD"),
+             "hybrid": spec("fsdp", sharding_strategy="HYBRID_SHARD", transformer_cls_names_to_wrap=["Block"]),
+             "size_wrap": spec("fsdp", auto_wrap_policy="SIZE_BASED_WRAP", min_num_params=10_000),
+             "offload": spec("fsdp", cpu_offload=True, **FSDP["full"]),
+             "checkpointing": spec("fsdp", activation_checkpointing=True, **FSDP["full"]),
+             "sync_each_k2": spec("fsdp", k=2, sync_each_microstep=True, **FSDP["full"])}
     results = launch(tmp_path_factory.mktemp("fsdp"), list(specs.values()))
     return dict(zip(specs, results))
 
@@ -73,7 +80,9 @@ def weight_diff(a, b):
 # FSDP2 reduce-scatters the same fp32 gradients DDP all-reduces and runs the same AdamW on the shards: only
 # the summation order of the two-rank reduction may differ, i.e. a rounding step or two of fp32 (~1e-7).
 @pytest.mark.parametrize("name,reference", [("full", "ddp"), ("grad_op", "ddp"), ("full_k2", "ddp_k2"),
-                                            ("grad_op_k2", "ddp_k2")])
+                                            ("grad_op_k2", "ddp_k2"), ("no_shard", "ddp"), ("hybrid", "ddp"),
+                                            ("size_wrap", "ddp"), ("offload", "ddp"), ("checkpointing", "ddp"),
+                                            ("sync_each_k2", "ddp_k2")])
 def test_fsdp2_matches_ddp_over_20_adamw_steps(torch_runs, name, reference):
     run, ref = torch_runs[name], torch_runs[reference]
     assert run["distributed_type"] == "fsdp"
@@ -132,12 +141,9 @@ FOUR = HERE.parent / "scripts" / "examples" / "four_lines.py"
 
 @pytest.mark.slurm
 @pytest.mark.parametrize("flags,kind", [(["--strategy", "fsdp"], "fsdp"),
-                                        (["--strategy", "deepspeed", "--zero-stage", "2"], "deepspeed"),
-                                        (["--launcher", "deepspeed", "--strategy", "deepspeed", "--zero-stage", "2"],
-                                         "deepspeed")])
+                                        (["--strategy", "deepspeed", "--zero-stage", "2"], "deepspeed")])
 def test_two_node_fsdp_and_zero2_jobs_run_to_completion_on_slurm(slurm, tmp_path, flags, kind):
-    """The strategy is chosen by a flag only: the 4-line example's code does not change. The third case starts
-    the ranks through DeepSpeed's own launcher (its slurm runner, with the hostfile from the allocation)."""
+    """The strategy is chosen by a flag only: the 4-line example's code does not change."""
     from tests.jobhelpers import hpc
 
     proc = hpc(tmp_path, "submit", "-p", "slurm-local", "-N", "2", "--no-snapshot", *flags, "--wait", str(FOUR),
