@@ -24,6 +24,15 @@ DUMP = textwrap.dedent("""
 """)
 
 
+def launch_env() -> dict:
+    """This environment minus any rank/rendezvous/SLURM/hpc settings, with the repository importable."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "SLURM_", "HPC_", "TORCHELASTIC"))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                      env.get("PYTHONPATH")]))
+    return env
+
+
 def make_project(tmp: Path) -> Path:
     (tmp / "dumps").mkdir(exist_ok=True)
     (tmp / "dump.py").write_text(DUMP)

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.jobhelpers import launch_env
+
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "runtime_worker.py"
 
 
 def run_worker(tmp_path, nproc, *args):
     out = tmp_path / f"out-{nproc}-{'-'.join(args)}.json"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "SLURM_", "HPC_", "TORCHELASTIC"))}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
+    env = launch_env()
     argv = ([sys.executable, "-m", "hpc", "launch", "--nproc", str(nproc)] if nproc > 1 else [sys.executable])
     proc = subprocess.run([*argv, str(WORKER), args[0], str(out), *args[1:]], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)

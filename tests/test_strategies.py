@@ -6,7 +6,6 @@ torch, DeepSpeed and the process group are paid for once per backend.
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpc.estimate import estimate
+from tests.jobhelpers import launch_env
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "strategy_worker.py"
@@ -22,9 +22,7 @@ WIDTH = 128  # 68,353 parameters: large enough that the few small tensors of a r
 
 def launch(tmp_path, specs, nproc=2):
     out = tmp_path / "out.json"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "SLURM_", "HPC_", "TORCHELASTIC"))}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
+    env = launch_env()
     proc = subprocess.run([sys.executable, "-m", "hpc", "launch", "--nproc", str(nproc), str(WORKER),
                            json.dumps(specs), str(out)], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=600)

@@ -24,9 +24,9 @@ from hpc.runtime import ops
 from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
 from hpc.runtime.handlers import GradScalerKwargs
 from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
-from hpc.runtime.precision import Precision
+from hpc.runtime.precision import Precision, normalize
 from hpc.runtime.state import ProcessState
-from hpc.runtime.strategies import choose
+from hpc.runtime.strategies import choose, plugin_strategy
 from hpc.runtime.tracking import TRACKERS
 from hpc.runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
 
@@ -70,19 +70,17 @@ class Accelerator:
                  deepspeed_plugin: DeepSpeedPlugin | dict | None = None):
         config = _runtime_config()
         kind, plugin = _choose_strategy(config, fsdp_plugin, deepspeed_plugin)
-        mixed_precision = mixed_precision or config.get("mixed_precision")
+        mode = normalize(mixed_precision or config.get("mixed_precision"))
         steps = (gradient_accumulation_steps or getattr(plugin, "gradient_accumulation_steps", None)
                  or config.get("gradient_accumulation_steps") or 1)
         if not isinstance(steps, int) or steps < 1:
             raise HpcError(f"gradient_accumulation_steps={steps!r} must be a whole number >= 1", fix="use 1 or more")
         self.gradient_accumulation_steps = steps
         self.handlers = {type(h): h for h in (kwargs_handlers or [])}
-        self.state = ProcessState.start(cpu=cpu, need_group=kind in ("fsdp", "deepspeed"))
-        self.strategy = choose(kind, self.state, self.handlers, plugin)
-        self.precision = Precision(mixed_precision, self.state.device, self.strategy,
-                                   self.handlers.get(GradScalerKwargs))
-        self.strategy.mixed_precision = self.precision.mode
-        self.strategy.accumulation_steps = steps
+        cls = plugin_strategy(kind)
+        self.state = ProcessState.start(cpu=cpu, need_group=cls is not None and cls.needs_process_group)
+        self.strategy = choose(kind, self.state, self.handlers, plugin, mixed_precision=mode, accumulation_steps=steps)
+        self.precision = Precision(mode, self.state.device, self.strategy, self.handlers.get(GradScalerKwargs))
         self.gradient_state = GradientState()
         self.project_dir = Path(project_dir or config.get("project_dir") or ".")
         self.log_with = [log_with] if isinstance(log_with, str) else list(log_with or [])
@@ -165,7 +163,7 @@ class Accelerator:
 
     # --- the training step ------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs) -> None:
-        self.strategy.backward(loss, self.gradient_accumulation_steps, self.precision.scaler, **kwargs)
+        self.strategy.backward(loss, self.precision.scaler, **kwargs)
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module):

@@ -12,12 +12,17 @@ from hpc.runtime.handlers import GradScalerKwargs
 MODES = ("no", "fp32", "bf16", "fp16")
 
 
+def normalize(mode: str | None) -> str:
+    """'no', 'bf16' or 'fp16' ('fp32' and None mean 'no')."""
+    mode = (mode or "no").lower()
+    if mode not in MODES:
+        raise HpcError(f"mixed_precision={mode!r} is not supported", fix="use 'no', 'bf16' or 'fp16'")
+    return "no" if mode == "fp32" else mode
+
+
 class Precision:
     def __init__(self, mode: str | None, device: torch.device, strategy, scaler_kwargs: GradScalerKwargs | None = None):
-        mode = (mode or "no").lower()
-        if mode not in MODES:
-            raise HpcError(f"mixed_precision={mode!r} is not supported", fix="use 'no', 'bf16' or 'fp16'")
-        self.mode = "no" if mode == "fp32" else mode
+        self.mode = normalize(mode)
         self.device = device
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.mode)
         self.scaler = None

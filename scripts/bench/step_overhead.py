@@ -47,12 +47,10 @@ def hand_written(data):
     return (time.perf_counter() - t0) / len(data)
 
 
-def with_hpc(data):
+def accelerated(acc, data):
+    """The same loop through any Accelerate-style accelerator (hpc's or Accelerate's)."""
     import torch
 
-    from hpc import Accelerator
-
-    acc = Accelerator()
     net = model()
     net, opt = acc.prepare(net, torch.optim.AdamW(net.parameters(), lr=1e-3))
     t0 = time.perf_counter()
@@ -61,21 +59,18 @@ def with_hpc(data):
         acc.backward(torch.nn.functional.mse_loss(net(x), y))
         opt.step()
     return (time.perf_counter() - t0) / len(data)
+
+
+def with_hpc(data):
+    from hpc import Accelerator
+
+    return accelerated(Accelerator(), data)
 
 
 def with_accelerate(data):
-    import torch
     from accelerate import Accelerator
 
-    acc = Accelerator(cpu=True)
-    net = model()
-    net, opt = acc.prepare(net, torch.optim.AdamW(net.parameters(), lr=1e-3))
-    t0 = time.perf_counter()
-    for x, y in data:
-        opt.zero_grad()
-        acc.backward(torch.nn.functional.mse_loss(net(x), y))
-        opt.step()
-    return (time.perf_counter() - t0) / len(data)
+    return accelerated(Accelerator(cpu=True), data)
 
 
 def worker(steps: int, rounds: int) -> None:

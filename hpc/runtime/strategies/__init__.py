@@ -9,17 +9,26 @@ from hpc.runtime.strategies.base import SingleProcess, Strategy
 from hpc.runtime.strategies.ddp import DDPStrategy
 
 
-def choose(kind: str | None, state, handlers, plugin=None) -> Strategy:
-    """``kind``: "ddp", "fsdp", "deepspeed" or None (DDP when there are several processes)."""
+def plugin_strategy(kind: str | None) -> type[Strategy] | None:
+    """The strategy class a plugin kind names ("fsdp", "deepspeed"); None for plain DDP / one process."""
     if kind == "fsdp":
         from hpc.runtime.strategies.fsdp import FSDPStrategy
 
-        return FSDPStrategy(state, handlers, plugin)
+        return FSDPStrategy
     if kind == "deepspeed":
         from hpc.runtime.strategies.deepspeed import DeepSpeedStrategy
 
-        return DeepSpeedStrategy(state, handlers, plugin)
-    return DDPStrategy(state, handlers) if state.distributed else SingleProcess(state, handlers)
+        return DeepSpeedStrategy
+    return None
 
 
-__all__ = ["Strategy", "SingleProcess", "DDPStrategy", "choose"]
+def choose(kind: str | None, state, handlers, plugin=None, **settings) -> Strategy:
+    """``kind``: "ddp", "fsdp", "deepspeed" or None (DDP when there are several processes).
+    ``settings``: mixed_precision and accumulation_steps, as every strategy takes them."""
+    cls = plugin_strategy(kind)
+    if cls is not None:
+        return cls(state, handlers, plugin, **settings)
+    return (DDPStrategy if state.distributed else SingleProcess)(state, handlers, **settings)
+
+
+__all__ = ["Strategy", "SingleProcess", "DDPStrategy", "choose", "plugin_strategy"]

@@ -14,8 +14,9 @@ class Strategy:
     name = "base"
     needs_process_group = False  # even with one process (FSDP meshes and DeepSpeed engines need one)
 
-    def __init__(self, state, handlers: dict):
+    def __init__(self, state, handlers: dict, *, mixed_precision: str = "no", accumulation_steps: int = 1):
         self.state, self.handlers = state, handlers
+        self.mixed_precision, self.accumulation_steps = mixed_precision, accumulation_steps
 
     # --- preparing ----------------------------------------------------------------------------------
     def prepare(self, models: list, optimizers: list, hints: dict) -> tuple[list, list]:
@@ -39,8 +40,8 @@ class Strategy:
     def micro_step(self, sync: bool) -> None:
         """Called at the start of every accumulate() block with whether it ends a window."""
 
-    def backward(self, loss: torch.Tensor, accumulation_steps: int, scaler, **kwargs) -> None:
-        loss = loss / accumulation_steps
+    def backward(self, loss: torch.Tensor, scaler, **kwargs) -> None:
+        loss = loss / self.accumulation_steps
         (scaler.scale(loss) if scaler is not None else loss).backward(**kwargs)
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, scaler, closure=None) -> bool:

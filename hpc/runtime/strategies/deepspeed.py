@@ -50,11 +50,9 @@ class DeepSpeedStrategy(Strategy):
     name = "deepspeed"
     needs_process_group = True
 
-    def __init__(self, state, handlers, plugin: DeepSpeedPlugin | None):
-        super().__init__(state, handlers)
+    def __init__(self, state, handlers, plugin: DeepSpeedPlugin | None, **settings):
+        super().__init__(state, handlers, **settings)
         self.plugin = plugin or DeepSpeedPlugin()
-        self.mixed_precision = "no"  # set by the Accelerator before prepare
-        self.accumulation_steps = 1
         self.engine = None
         self.config: dict | None = None
         self._warned_clip = False
@@ -91,7 +89,7 @@ class DeepSpeedStrategy(Strategy):
         if self.engine is not None:
             self.engine.set_gradient_accumulation_boundary(sync)
 
-    def backward(self, loss, accumulation_steps, scaler, **kwargs):
+    def backward(self, loss, scaler, **kwargs):
         self.engine.backward(loss, **kwargs)  # divides by the accumulation steps itself
 
     def optimizer_step(self, optimizer, scaler, closure=None) -> bool:

@@ -25,10 +25,9 @@ class FSDPStrategy(Strategy):
     name = "fsdp"
     needs_process_group = True
 
-    def __init__(self, state, handlers, plugin: FullyShardedDataParallelPlugin | None):
-        super().__init__(state, handlers)
+    def __init__(self, state, handlers, plugin: FullyShardedDataParallelPlugin | None, **settings):
+        super().__init__(state, handlers, **settings)
         self.plugin = plugin or FullyShardedDataParallelPlugin()
-        self.mixed_precision = "no"  # set by the Accelerator before prepare
         self._new_params: dict[int, torch.nn.Parameter] = {}  # id(original parameter) -> its sharded successor
         self._optimizers: list[torch.optim.Optimizer] = []
 
@@ -62,10 +61,10 @@ class FSDPStrategy(Strategy):
             policy["offload_policy"] = CPUOffloadPolicy(pin_memory=self.state.device.type == "cuda")
         return policy
 
-    def _wrap_here(self, module: torch.nn.Module) -> bool:
+    def _wrap_here(self, module: torch.nn.Module, layer_names: set[str]) -> bool:
         plugin = self.plugin
         if plugin.auto_wrap_policy == "TRANSFORMER_AUTO_WRAP":
-            return type(module).__name__ in self._layer_names
+            return type(module).__name__ in layer_names
         if plugin.auto_wrap_policy == "SIZE_BASED_WRAP":
             own = sum(p.numel() for p in module.parameters() if not isinstance(p, torch.distributed.tensor.DTensor))
             return own >= plugin.min_num_params
@@ -76,11 +75,11 @@ class FSDPStrategy(Strategy):
             return model
         plugin = self.plugin
         names = {id(p): n for n, p in model.named_parameters()}
-        self._layer_names = set(plugin.transformer_cls_names_to_wrap or getattr(model, "_no_split_modules", None) or [])
+        layer_names = set(plugin.transformer_cls_names_to_wrap or getattr(model, "_no_split_modules", None) or [])
         if plugin.auto_wrap_policy == "TRANSFORMER_AUTO_WRAP":
             present = {type(m).__name__ for m in model.modules()}
-            missing = sorted(self._layer_names - present)
-            if not self._layer_names or missing:
+            missing = sorted(layer_names - present)
+            if not layer_names or missing:
                 raise HpcError(f"TRANSFORMER_AUTO_WRAP: layer class {', '.join(missing) or '(none named)'} is not in "
                                "the model", fix="name the block class in transformer_cls_names_to_wrap "
                                f"(the model has {', '.join(sorted(present)[:8])})")
@@ -89,12 +88,12 @@ class FSDPStrategy(Strategy):
         if plugin.activation_checkpointing:
             from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
 
-            wanted = self._layer_names or {type(m).__name__ for m in model.children()}
+            wanted = layer_names or {type(m).__name__ for m in model.children()}
             apply_activation_checkpointing(model, check_fn=lambda m: type(m).__name__ in wanted)
         policy = self._policy()
         # innermost first: a block is sharded before the module holding it
         for module in reversed(list(model.modules())):
-            if module is not model and self._wrap_here(module):
+            if module is not model and self._wrap_here(module, layer_names):
                 fully_shard(module, **policy)
         fully_shard(model, **policy)
         now = {n.replace(_CHECKPOINT_PREFIX, ""): p for n, p in model.named_parameters()}
