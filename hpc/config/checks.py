@@ -28,6 +28,13 @@ def non_negative(value: int) -> int:
     return value
 
 
+def checkpoint_keep(value: int) -> int:
+    if value < 2:
+        raise HpcError("must be at least 2 (the newest checkpoint may be damaged; the one before it must exist)",
+                       fix="keep 2 or more")
+    return value
+
+
 def zero_stage(value: int) -> int:
     if value not in (0, 1, 2, 3):
         raise HpcError("is not a ZeRO stage", fix="use 0, 1, 2 or 3")

@@ -33,6 +33,12 @@ class TrainingSettings:
     offload_param: bool | None = None
     deepspeed_config: str | None = field(metadata={"check": checks.safe_value}, default=None)  # a JSON file
     gradient_clipping: float | None = None
+    # checkpoints (project_dir/checkpoints/step-N): resume from the newest on start, how many to keep,
+    # write in the background, fsync every file (survives a node crash; costs ~1 s per GiB)
+    auto_resume: bool | None = None
+    checkpoint_keep: int | None = field(metadata={"check": checks.checkpoint_keep}, default=None)
+    checkpoint_async: bool | None = None
+    checkpoint_fsync: bool | None = None
 
 
 TRAINING_KEYS = [f.name for f in fields(TrainingSettings)]

@@ -12,6 +12,8 @@ import functools
 import gc
 import json
 import os
+import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,9 @@ import torch
 import torch.distributed as dist
 
 from hpc.errors import HpcError
-from hpc.runtime import ops
+from hpc.runtime import ops, preemption
+from hpc.runtime.checkpoint.checkpointer import Checkpointer
+from hpc.runtime.checkpoint.store import MIN_KEEP, CheckpointStore
 from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
 from hpc.runtime.handlers import GradScalerKwargs
 from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
@@ -36,6 +40,16 @@ class GradientState:
     sync_gradients: bool = True
     end_of_dataloader: bool = False
     remainder: int = -1  # real samples in the last gathered batch; -1 when not at the last batch
+
+
+@dataclass(frozen=True)
+class ResumeInfo:
+    """Where a resumed run stands: optimizer steps done, the first dataloader's epoch and batch in it."""
+
+    path: Path
+    step: int
+    epoch: int
+    batch: int
 
 
 def _choose_strategy(config: dict, fsdp_plugin, deepspeed_plugin) -> tuple[str | None, object]:
@@ -67,8 +81,11 @@ class Accelerator:
                  cpu: bool = False, project_dir: str | os.PathLike | None = None, log_with: str | list | None = None,
                  kwargs_handlers: list | None = None, seed: int = 0,
                  fsdp_plugin: FullyShardedDataParallelPlugin | None = None,
-                 deepspeed_plugin: DeepSpeedPlugin | dict | None = None):
+                 deepspeed_plugin: DeepSpeedPlugin | dict | None = None,
+                 auto_resume: bool | None = None, checkpoint_keep: int | None = None,
+                 checkpoint_async: bool | None = None, checkpoint_fsync: bool | None = None):
         config = _runtime_config()
+        self._config = config
         kind, plugin = _choose_strategy(config, fsdp_plugin, deepspeed_plugin)
         mode = normalize(mixed_precision or config.get("mixed_precision"))
         steps = (gradient_accumulation_steps or getattr(plugin, "gradient_accumulation_steps", None)
@@ -86,9 +103,25 @@ class Accelerator:
         self.log_with = [log_with] if isinstance(log_with, str) else list(log_with or [])
         self.seed = seed
         self.step = 0  # micro-steps seen by accumulate()
+        self.completed_steps = 0  # optimizer steps taken (accumulation windows closed)
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._loaders: list[PreparedDataLoader] = []
+        self._custom_objects: list = []
         self._trackers: list = []
+        setting = lambda arg, key, default: arg if arg is not None else (  # noqa: E731
+            config.get(key) if config.get(key) is not None else default)
+        self._auto_resume_pending = bool(setting(auto_resume, "auto_resume", False))
+        self.checkpoint_async = bool(setting(checkpoint_async, "checkpoint_async", False))
+        self._checkpoint_keep = int(setting(checkpoint_keep, "checkpoint_keep", MIN_KEEP))
+        self._checkpoint_fsync = bool(setting(checkpoint_fsync, "checkpoint_fsync", False))
+        self._checkpointer: Checkpointer | None = None
+        self._preemption = config.get("preemption") or {}
+        self._watch = preemption.PreemptionWatch(self._requeue_signals(), os.environ.get("HPC_STOP_FILE"))
+        self._stop_code = 0
+        if config:  # inside an hpc job the warning signal starts ignored; from now on it is noted
+            self._watch.install(term=False)
 
     # --- where am I ---------------------------------------------------------------------------------
     @property
@@ -141,6 +174,7 @@ class Accelerator:
                       if isinstance(o, torch.optim.Optimizer) and not isinstance(o, AcceleratedOptimizer)]
         for i in loaders:
             out[i] = PreparedDataLoader(objects[i], self, self.seed)
+            self._loaders.append(out[i])
         hints = {"micro_batch_size": next((objects[i].batch_size for i in loaders), None)}
         for i in models:
             self.precision.wrap_forward(objects[i])
@@ -159,15 +193,27 @@ class Accelerator:
 
     def _prepare_scheduler(self, scheduler):
         mine = [o for o in self._optimizers if scheduler.optimizer in (o.optimizer, o.user_optimizer)]
-        return AcceleratedScheduler(scheduler, mine or self._optimizers, self)
+        wrapped = AcceleratedScheduler(scheduler, mine or self._optimizers, self)
+        self._schedulers.append(wrapped)
+        return wrapped
+
+    def register_for_checkpointing(self, *objects) -> None:
+        """Objects with state_dict()/load_state_dict() saved and restored with the training state."""
+        for obj in objects:
+            if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+                raise HpcError(f"{type(obj).__name__} cannot be checkpointed",
+                               fix="give it state_dict() and load_state_dict() methods")
+            self._custom_objects.append(obj)
 
     # --- the training step ------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs) -> None:
+        self._resume_if_asked()
         self.strategy.backward(loss, self.precision.scaler, **kwargs)
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module):
         """One micro-step: gradients are all-reduced only at the end of a window (or of the data)."""
+        self._resume_if_asked()
         self.step += 1
         sync = self.step % self.gradient_accumulation_steps == 0 or self.gradient_state.end_of_dataloader
         self.gradient_state.sync_gradients = sync
@@ -275,6 +321,110 @@ class Accelerator:
         if self.is_local_main_process:
             print(*args, **kwargs)
 
+    # --- checkpoints and preemption ----------------------------------------------------------------
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.project_dir / "checkpoints"
+
+    @property
+    def checkpointer(self) -> Checkpointer:
+        if self._checkpointer is None:
+            store = CheckpointStore(self.checkpoint_dir, self._checkpoint_keep)
+            self._checkpointer = Checkpointer(self, self.strategy.checkpoint_format(), store, self._checkpoint_fsync)
+        return self._checkpointer
+
+    def _training_meta(self) -> dict:
+        return {"step": self.completed_steps, "micro_step": self.step, "strategy": self.strategy.name,
+                "loaders": [{"epoch": dl.epoch, "position": dl.position} for dl in self._loaders]}
+
+    def save_state(self, output_dir: str | os.PathLike | None = None, async_save: bool | None = None) -> Path:
+        """Everything training needs to go on: models, optimizers, schedulers, scaler, RNG per rank,
+        registered objects, counters and dataloader positions. Default place: checkpoints/step-<N>.
+        Every rank must call it. With async_save, training waits only while the state is copied."""
+        folder = Path(output_dir) if output_dir is not None else self.checkpointer.store.step_dir(self.completed_steps)
+        use_async = self.checkpoint_async if async_save is None else async_save
+        return self.checkpointer.save(folder, self._training_meta(), async_save=use_async,
+                                      purge=output_dir is None)
+
+    def wait_for_checkpoint(self) -> None:
+        """Block until a background save has committed."""
+        if self._checkpointer is not None:
+            self._checkpointer.wait()
+
+    def load_state(self, input_dir: str | os.PathLike | None = None) -> ResumeInfo:
+        """Restore a checkpoint: the given folder, or the newest good one under checkpoints/."""
+        self._auto_resume_pending = False
+        folder = self.checkpointer.choose(input_dir)
+        if folder is None:
+            raise HpcError(f"no committed checkpoint under {self.checkpoint_dir}",
+                           fix="save_state() first, or name a step folder")
+        return self._restore(folder)
+
+    def resume(self) -> ResumeInfo | None:
+        """Continue from the newest good checkpoint, if there is one (a fresh start otherwise)."""
+        self._auto_resume_pending = False
+        folder = self.checkpointer.choose(None)
+        return self._restore(folder) if folder is not None else None
+
+    def _resume_if_asked(self) -> None:
+        if self._auto_resume_pending:
+            self.resume()
+
+    def _restore(self, folder: Path) -> ResumeInfo:
+        meta = self.checkpointer.load(folder)
+        self.completed_steps, self.step = int(meta.get("step", 0)), int(meta.get("micro_step", 0))
+        for loader, where in zip(self._loaders, meta.get("loaders", [])):
+            loader.resume_at(int(where["epoch"]), int(where["position"]))
+        first = (meta.get("loaders") or [{"epoch": 0, "position": 0}])[0]
+        if self.is_main_process:
+            preemption.log(f"resumed from {folder} (step {self.completed_steps})")
+        return ResumeInfo(folder, self.completed_steps, int(first["epoch"]), int(first["position"]))
+
+    def _requeue_signals(self) -> list[str]:
+        names = [self._preemption.get("signal", "USR1")]
+        if os.environ.get("SUBMITIT_EXECUTOR") is None:  # submitit handles USR2 itself (Checkpointable)
+            names.append("USR2")
+        return [n for n in names if n not in ("TERM", "INT")]
+
+    @property
+    def should_stop(self) -> bool:
+        """True on every rank once any rank was told to stop (one small all-reduce). Call at step boundaries."""
+        self._watch.install(term=True)  # from here on TERM is handled too: the loop checks for it
+        code = self._watch.local_code()
+        if self.state.distributed:
+            flag = torch.tensor([code], device=self.device if self.state.backend == "nccl" else "cpu")
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            code = int(flag.item())
+        self._stop_code = code
+        return code > 0
+
+    def preemption_point(self) -> None:
+        """At a step boundary: if a stop was asked for, checkpoint, requeue (for the warning signal) and exit,
+        every rank the same way. Otherwise return at once."""
+        if not self.should_stop:
+            return
+        folder = self.save_state(async_save=False)
+        requeued = False
+        if self._stop_code == preemption.REQUEUE:
+            if self.is_main_process:
+                said = preemption.requeue(int(self._preemption.get("max_requeues", 3)),
+                                          os.environ.get("HPC_JOB_DIR"))
+                requeued = said.startswith("requeued") or said.startswith("the local job")
+                preemption.log(f"stop requested ({self._watch.received or 'another rank'}): saved {folder}; {said}")
+            requeued = bool(self._broadcast_flag(requeued))
+        elif self.is_main_process:
+            preemption.log(f"stop requested ({self._watch.received or 'another rank'}): saved {folder}; exiting")
+        self.end_training()
+        received = self._watch.received or "TERM"
+        sys.exit(0 if requeued else 128 + getattr(signal, f"SIG{received}"))
+
+    def _broadcast_flag(self, value: bool) -> bool:
+        if not self.state.distributed:
+            return value
+        flag = torch.tensor([int(value)], device=self.device if self.state.backend == "nccl" else "cpu")
+        dist.broadcast(flag, src=0)
+        return bool(flag.item())
+
     # --- models, tracking, the end ----------------------------------------------------------------
     def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         return self.strategy.unwrap(model)
@@ -317,6 +467,7 @@ class Accelerator:
             tracker.log(values, step)
 
     def end_training(self) -> None:
+        self.wait_for_checkpoint()
         for tracker in self._trackers:
             tracker.finish()
         self._trackers.clear()

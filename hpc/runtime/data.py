@@ -64,35 +64,50 @@ class PreparedDataLoader:
         self.sampler = ShardedBatchSampler(len(loader.dataset), loader.batch_size, state.env.rank,
                                            state.env.world_size, isinstance(loader.sampler, RandomSampler),
                                            loader.drop_last, seed)
+        # its own generator: starting an iterator draws a seed, which must not move the global RNG (a resumed
+        # run starts its iterator mid-epoch, and dropout masks would differ from the uninterrupted run)
+        self._generator = torch.Generator()
         self.loader = DataLoader(loader.dataset, batch_sampler=self.sampler, num_workers=loader.num_workers,
+                                 generator=self._generator,
                                  collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
                                  worker_init_fn=loader.worker_init_fn, persistent_workers=loader.persistent_workers
                                  if loader.num_workers else False)
         self.batch_size = loader.batch_size
         self.dataset = loader.dataset
+        self.position = 0  # batches of the current epoch handed out (what a checkpoint records)
 
     def __len__(self) -> int:
         return len(self.sampler)
 
     def set_epoch(self, epoch: int) -> None:
+        if epoch != self.sampler.epoch:  # a resumed position belongs to its own epoch only
+            self.sampler.skip = 0
         self.sampler.epoch = epoch
+
+    def resume_at(self, epoch: int, position: int) -> None:
+        """The next pass continues epoch `epoch` after its first `position` batches."""
+        self.sampler.epoch, self.sampler.skip, self.position = epoch, position, position
 
     @property
     def epoch(self) -> int:
         return self.sampler.epoch
 
     def __iter__(self):
+        self.accelerator._resume_if_asked()
         gradient = self.accelerator.gradient_state
         n = len(self)
+        self.position = self.sampler.skip
+        self._generator.manual_seed(self.sampler.seed * 1_000_003 + self.sampler.epoch)
         try:
             for i, batch in enumerate(self.loader):
                 last = i == n - 1
+                self.position += 1
                 gradient.end_of_dataloader = last
                 gradient.remainder = (self.batch_size * self.sampler.world - self.sampler.padding) if last else -1
                 yield send_to_device(batch, self.accelerator.device)
         finally:
             gradient.end_of_dataloader, gradient.remainder = False, -1
-        self.sampler.skip = 0
+        self.sampler.skip, self.position = 0, 0
         self.sampler.epoch += 1  # the next pass reshuffles; seeded, so a restart repeats it
 
 

@@ -61,6 +61,12 @@ class Strategy:
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
     # --- weights out --------------------------------------------------------------------------------
+    def checkpoint_format(self):
+        """How save_state writes this strategy's models and optimizers (checkpoint/formats.py)."""
+        from hpc.runtime.checkpoint.formats import FullFormat
+
+        return FullFormat(self)
+
     def full_state_dict(self, model: torch.nn.Module) -> dict:
         """The whole model's weights on the main process (every rank must call it); {} elsewhere."""
         return self.unwrap(model).state_dict()

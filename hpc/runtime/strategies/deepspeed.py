@@ -108,6 +108,11 @@ class DeepSpeedStrategy(Strategy):
             self._warned_clip = True
         return None
 
+    def checkpoint_format(self):
+        from hpc.runtime.checkpoint.formats import DeepSpeedFormat
+
+        return DeepSpeedFormat(self)
+
     def full_state_dict(self, model):
         if self.engine.zero_optimization_partition_weights():  # ZeRO-3: gather the shards on every rank
             state = self.engine._zero3_consolidated_16bit_state_dict()

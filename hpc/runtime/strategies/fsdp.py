@@ -132,6 +132,11 @@ class FSDPStrategy(Strategy):
         return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
     # --- weights out --------------------------------------------------------------------------------
+    def checkpoint_format(self):
+        from hpc.runtime.checkpoint.formats import DcpFormat
+
+        return DcpFormat(self)
+
     def full_state_dict(self, model):
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(model, options=options)

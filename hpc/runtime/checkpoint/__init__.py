@@ -1,0 +1,1 @@
+"""Checkpoints: atomic, checksummed, sharded or whole, synchronous or in the background."""

@@ -1,0 +1,158 @@
+"""How each strategy's model and optimizer state goes to disk and back.
+
+full: one process holds everything (one process, DDP): rank 0 writes model_<i>.pt / optimizer_<i>.pt.
+dcp: FSDP2 shards through torch.distributed.checkpoint: every rank writes its own shards, and the result
+loads at another world size. deepspeed: the engine's own checkpoint (ZeRO partitions per rank).
+
+`stage()` runs on the training thread and returns a Staged save whose `write` may run on another thread:
+for an async save, stage() copies what training will change next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+
+def _nothing(*args) -> None:
+    return None
+
+
+@dataclass
+class Staged:
+    """A save in two halves: start (training thread, collective planning) and write (any thread)."""
+
+    write: Callable  # (folder, files) -> None
+    start: Callable = _nothing  # (folder) -> None
+    background_ok: bool = True
+
+
+def cpu_copy(obj):
+    """A snapshot that training cannot change: tensors copied to CPU memory, containers rebuilt."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(cpu_copy(v) for v in obj)
+    return obj
+
+
+def _owner(optimizer, models):
+    """The model whose parameters an optimizer steps (DCP needs the pair)."""
+    params = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    for model in models:
+        if any(id(p) in params for p in model.parameters()):
+            return model
+    return models[0]
+
+
+class FullFormat:
+    name = "full"
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+
+    def stage(self, models, optimizers, copy: bool) -> Staged:
+        if self.strategy.state.env.rank != 0:
+            return Staged(_nothing)
+        state = {f"model_{i}.pt": self.strategy.unwrap(m).state_dict() for i, m in enumerate(models)}
+        state.update({f"optimizer_{i}.pt": o.state_dict() for i, o in enumerate(optimizers)})
+        if copy:
+            state = cpu_copy(state)
+
+        def write(folder: Path, files) -> None:
+            for name, obj in state.items():
+                files.save(name, obj)
+
+        return Staged(write)
+
+    def load(self, folder: Path, models, optimizers) -> None:
+        device = self.strategy.state.device
+        for i, model in enumerate(models):
+            self.strategy.unwrap(model).load_state_dict(
+                torch.load(folder / f"model_{i}.pt", map_location=device, weights_only=True))
+        for i, opt in enumerate(optimizers):
+            opt.load_state_dict(torch.load(folder / f"optimizer_{i}.pt", map_location=device, weights_only=True))
+
+
+class DcpFormat:
+    name = "dcp"
+    folder = "dcp"
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+        self._async_group = None
+
+    def _state(self, models, optimizers) -> dict:
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+        state = {f"model_{i}": get_model_state_dict(m) for i, m in enumerate(models)}
+        for i, opt in enumerate(optimizers):
+            state[f"optimizer_{i}"] = get_optimizer_state_dict(_owner(opt, models), opt)
+        return state
+
+    def stage(self, models, optimizers, copy: bool) -> Staged:
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
+
+        state = self._state(models, optimizers)
+        rank = self.strategy.state.env.rank
+        if copy:
+            # a group of its own: the writer's collectives run beside training's and must not interleave
+            if self._async_group is None:
+                self._async_group = dist.new_group(backend="gloo")
+            future_holder: list = []
+
+            def write(folder: Path, files) -> None:
+                future_holder[0].result()
+                files.claim(f"{self.folder}/__{rank}_*")
+
+            def start(folder: Path) -> None:
+                future_holder.append(dcp.async_save(state, checkpoint_id=str(folder / self.folder),
+                                                    process_group=self._async_group))
+
+            return Staged(write, start)  # planned collectively now, written in the background
+
+        def write_sync(folder: Path, files) -> None:
+            dcp.save(state, checkpoint_id=str(folder / self.folder))
+            files.claim(f"{self.folder}/__{rank}_*")
+
+        return Staged(write_sync, background_ok=False)
+
+    def load(self, folder: Path, models, optimizers) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+        state = self._state(models, optimizers)
+        dcp.load(state, checkpoint_id=str(folder / self.folder))
+        for i, model in enumerate(models):
+            set_model_state_dict(model, state[f"model_{i}"])
+        for i, opt in enumerate(optimizers):
+            set_optimizer_state_dict(_owner(opt, models), opt, state[f"optimizer_{i}"])
+
+
+class DeepSpeedFormat:
+    """The engine writes and reads its own partitions (collectively); always synchronous."""
+
+    name = "deepspeed"
+    folder, tag = "deepspeed", "state"
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+
+    def stage(self, models, optimizers, copy: bool) -> Staged:
+        def write(folder: Path, files) -> None:
+            self.strategy.engine.save_checkpoint(str(folder / self.folder), tag=self.tag, save_latest=False)
+            files.claim(f"{self.folder}/{self.tag}/*zero_pp_rank_{self.strategy.state.env.rank}_*")
+
+        return Staged(write, background_ok=False)
+
+    def load(self, folder: Path, models, optimizers) -> None:
+        path, _ = self.strategy.engine.load_checkpoint(str(folder / self.folder), tag=self.tag,
+                                                       load_optimizer_states=True, load_lr_scheduler_states=False)
+        if path is None:
+            raise FileNotFoundError(f"{folder / self.folder}: DeepSpeed found no checkpoint there")

@@ -1,0 +1,78 @@
+"""The commit record of a checkpoint: every file's size and CRC-32, written last by an atomic rename.
+
+A step folder without `manifest.json` is not a checkpoint (a save was cut short); one whose files do not
+match their manifest is damaged and is never loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import zlib
+from pathlib import Path
+
+NAME = "manifest.json"
+VERSION = 1
+_CHUNK = 8 << 20
+
+
+def crc_file(path: Path) -> tuple[int, str]:
+    """(size, crc32 hex) of a file, read in chunks (zlib releases the GIL for them)."""
+    crc, size = 0, 0
+    with open(path, "rb", buffering=0) as f:
+        while chunk := f.read(_CHUNK):
+            crc = zlib.crc32(chunk, crc)
+            size += len(chunk)
+    return size, f"{crc:08x}"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, data: dict, fsync: bool = True) -> None:
+    """Write to a temporary name in the same folder, then rename: readers see all of it or none."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        if fsync:
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if fsync:
+        fsync_dir(path.parent)
+
+
+def commit(folder: Path, files: dict[str, dict], meta: dict, fsync: bool = True) -> None:
+    write_json_atomic(folder / NAME, {"version": VERSION, "committed_at": time.time(), "files": files, **meta}, fsync)
+
+
+def read(folder: Path) -> dict | None:
+    """The manifest, or None when the folder was never committed (or its manifest is unreadable)."""
+    try:
+        with open(folder / NAME) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None
+
+
+def verify(folder: Path, files: dict[str, dict], names: list[str] | None = None) -> str | None:
+    """None when the named files (all by default) match; otherwise what is wrong, in one line."""
+    for name in names if names is not None else sorted(files):
+        want = files[name]
+        path = folder / name
+        if not path.is_file():
+            return f"{path}: missing (the manifest lists it)"
+        size = path.stat().st_size
+        if size != want["size"]:
+            return f"{path}: {size} bytes, the manifest says {want['size']} (truncated or replaced)"
+        _, crc = crc_file(path)
+        if crc != want["crc32"]:
+            return f"{path}: checksum {crc} does not match the manifest's {want['crc32']} (the file is corrupt)"
+    return None

@@ -1,0 +1,93 @@
+"""Preemption: signals only raise a flag; the ranks agree at a step boundary and stop together.
+
+A handler may run between any two bytecodes (mid all-reduce, mid save), so it does nothing but record
+the signal. The batch script also writes the signal's name to HPC_STOP_FILE: ranks whose launcher does
+not pass the signal on (torchrun's agent ignores USR1/USR2) still learn of it, at most a second late.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REQUEUE = 1  # the profile's warning signal (time limit, preemption notice): checkpoint, requeue, exit
+STOP = 2  # TERM/INT (scancel, scontrol requeue, preemption, the hard limit): checkpoint and exit; SLURM decides
+_CHECK_FILE_EVERY_S = 1.0
+
+
+class PreemptionWatch:
+    def __init__(self, requeue_signals: list[str], stop_file: str | None = None, check_file: bool = True):
+        self.requeue_signals = [s.upper().removeprefix("SIG") for s in requeue_signals]
+        self.stop_file = Path(stop_file) if stop_file else None
+        self.check_file = check_file
+        self.received: str | None = None
+        self.code = 0
+        self._last_check = 0.0
+        self._installed: set[str] = set()
+
+    def install(self, term: bool) -> None:
+        """The warning signals; with `term`, TERM too. TERM is taken over only once the loop is known to
+        check (should_stop): a script that never checks must still die on scancel."""
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread
+        for name in [*self.requeue_signals, *(["TERM"] if term else [])]:
+            if name not in self._installed:
+                signal.signal(getattr(signal, f"SIG{name}"), self._handle)
+                self._installed.add(name)
+
+    def _handle(self, signum, frame) -> None:
+        name = signal.Signals(signum).name.removeprefix("SIG")
+        if name == "TERM" and self.code == STOP:  # asked twice: stop waiting for the step boundary
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+        self._note(name)
+
+    def _note(self, name: str) -> None:
+        code = REQUEUE if name in self.requeue_signals else STOP
+        if code > self.code:
+            self.code, self.received = code, name
+
+    def local_code(self) -> int:
+        """This process's reason to stop (0: none), including a signal the batch script noted in the file."""
+        if self.stop_file is not None and self.check_file:
+            now = time.monotonic()
+            if now - self._last_check >= _CHECK_FILE_EVERY_S:
+                self._last_check = now
+                try:
+                    name = self.stop_file.read_text().strip()
+                except OSError:
+                    name = ""
+                if name:
+                    self._note(name)
+        return self.code
+
+
+def requeue_count() -> int:
+    """How often this job was requeued (SLURM's count; the local profile's script keeps its own)."""
+    return int(os.environ.get("SLURM_RESTART_COUNT") or os.environ.get("HPC_RESTART_COUNT") or 0)
+
+
+def requeue(max_requeues: int, job_dir: str | None) -> str:
+    """Ask for this job to run again; returns what happened, in words, for the log."""
+    if requeue_count() >= max_requeues:
+        return f"not requeued: it has been requeued {requeue_count()} times (max_requeues={max_requeues})"
+    if os.environ.get("SLURM_JOB_ID") and os.environ.get("SUBMITIT_EXECUTOR") != "local":
+        array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+        target = f"{array}_{task}" if array and task else os.environ["SLURM_JOB_ID"]
+        done = subprocess.run(["scontrol", "requeue", target], capture_output=True, text=True)
+        if done.returncode != 0:
+            return f"scontrol requeue {target} failed: {(done.stderr or done.stdout).strip()}"
+        return f"requeued SLURM job {target}"
+    if job_dir:  # the local profile's script runs the processes again when it finds this file
+        (Path(job_dir) / "requeue").write_text(f"{time.time()}\n")
+        return "the local job will restart its processes"
+    return "not requeued: no scheduler and no job folder (started by hand)"
+
+
+def log(message: str) -> None:
+    print(f"hpc: {message}", file=sys.stderr, flush=True)
