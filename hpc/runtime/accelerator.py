@@ -103,7 +103,7 @@ class Accelerator:
         self.log_with = [log_with] if isinstance(log_with, str) else list(log_with or [])
         self.seed = seed
         self.step = 0  # micro-steps seen by accumulate()
-        self.completed_steps = 0  # optimizer steps taken (accumulation windows closed)
+        self._completed_steps = 0
         self._models: list[torch.nn.Module] = []
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
@@ -155,6 +155,13 @@ class Accelerator:
     @property
     def distributed_type(self) -> str:
         return self.strategy.name
+
+    @property
+    def completed_steps(self) -> int:
+        """Optimizer steps taken (accumulation windows closed). With auto_resume, reading it resumes first,
+        so `while accelerator.completed_steps < total:` starts where the last run stopped."""
+        self._resume_if_asked()
+        return self._completed_steps
 
     @property
     def sync_gradients(self) -> bool:
@@ -334,14 +341,14 @@ class Accelerator:
         return self._checkpointer
 
     def _training_meta(self) -> dict:
-        return {"step": self.completed_steps, "micro_step": self.step, "strategy": self.strategy.name,
+        return {"step": self._completed_steps, "micro_step": self.step, "strategy": self.strategy.name,
                 "loaders": [{"epoch": dl.epoch, "position": dl.position} for dl in self._loaders]}
 
     def save_state(self, output_dir: str | os.PathLike | None = None, async_save: bool | None = None) -> Path:
         """Everything training needs to go on: models, optimizers, schedulers, scaler, RNG per rank,
         registered objects, counters and dataloader positions. Default place: checkpoints/step-<N>.
         Every rank must call it. With async_save, training waits only while the state is copied."""
-        folder = Path(output_dir) if output_dir is not None else self.checkpointer.store.step_dir(self.completed_steps)
+        folder = Path(output_dir) if output_dir is not None else self.checkpointer.store.step_dir(self._completed_steps)
         use_async = self.checkpoint_async if async_save is None else async_save
         return self.checkpointer.save(folder, self._training_meta(), async_save=use_async,
                                       purge=output_dir is None)
@@ -372,13 +379,13 @@ class Accelerator:
 
     def _restore(self, folder: Path) -> ResumeInfo:
         meta = self.checkpointer.load(folder)
-        self.completed_steps, self.step = int(meta.get("step", 0)), int(meta.get("micro_step", 0))
+        self._completed_steps, self.step = int(meta.get("step", 0)), int(meta.get("micro_step", 0))
         for loader, where in zip(self._loaders, meta.get("loaders", [])):
             loader.resume_at(int(where["epoch"]), int(where["position"]))
         first = (meta.get("loaders") or [{"epoch": 0, "position": 0}])[0]
         if self.is_main_process:
-            preemption.log(f"resumed from {folder} (step {self.completed_steps})")
-        return ResumeInfo(folder, self.completed_steps, int(first["epoch"]), int(first["position"]))
+            preemption.log(f"resumed from {folder} (step {self._completed_steps})")
+        return ResumeInfo(folder, self._completed_steps, int(first["epoch"]), int(first["position"]))
 
     def _requeue_signals(self) -> list[str]:
         names = [self._preemption.get("signal", "USR1")]

@@ -7,35 +7,43 @@ export HPC_JOB_DIR=/scratch/jobs/local-srun
 export HPC_RUNTIME_CONFIG="$HPC_JOB_DIR/runtime.json"
 export MASTER_ADDR=127.0.0.1
 export MASTER_PORT="${MASTER_PORT:-$(( $$ % 4536 + 61000 ))}"
+# A requeue, as on a cluster: a rank that checkpointed on the warning signal leaves $HPC_JOB_DIR/requeue,
+# and the processes run again (HPC_RESTART_COUNT counts the rounds) until none asks for it.
+export HPC_STOP_FILE="$HPC_JOB_DIR/stop" HPC_RESTART_COUNT="${HPC_RESTART_COUNT:-0}"
 export WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 NODE_RANK=0
 pids=()
 stop() { if [ "${#pids[@]}" -gt 0 ]; then kill -"$1" "${pids[@]}" 2>/dev/null || true; fi; }
-trap 'stop USR1' USR1
-trap 'stop TERM' TERM
-trap 'stop INT' INT
-# HPC_RANK_LOGS (set by `hpc submit`): one log file per rank instead of this terminal
-for ((rank = 0; rank < 2; rank++)); do
-  (
-    trap "" USR1; export RANK=$rank LOCAL_RANK=$rank
-    if [ -n "${HPC_RANK_LOGS:-}" ]; then exec >>"$HPC_RANK_LOGS/rank$rank-local.out" 2>&1; fi
-    exec /path/to/python train.py --lr 3e-4 'it'"'"'s $(rm -rf ~) `id`' 'say "hi"; exit 1' 'tab	here' '*' '$HOME' ''
-  ) &
-  pids[rank]=$!
-done
-# The first rank to fail stops the others: a dead rank must not leave the rest waiting in a collective.
-rc=0
-while [ "${#pids[@]}" -gt 0 ]; do
-  for rank in "${!pids[@]}"; do
-    kill -0 "${pids[rank]}" 2>/dev/null && continue
-    status=0
-    wait "${pids[rank]}" || status=$?
-    unset "pids[rank]"
-    if [ "$status" -ne 0 ] && [ "$rc" -eq 0 ]; then
-      rc=$status
-      echo "hpc: rank $rank exited with status $status; stopping the other ranks" >&2
-      stop TERM
-    fi
+trap 'echo USR1 > "$HPC_STOP_FILE" || true; stop USR1' USR1
+trap 'echo TERM > "$HPC_STOP_FILE" || true; stop TERM' TERM
+trap 'echo INT > "$HPC_STOP_FILE" || true; stop INT' INT
+while true; do
+  rm -f "$HPC_JOB_DIR/requeue" "$HPC_STOP_FILE"
+  # HPC_RANK_LOGS (set by `hpc submit`): one log file per rank instead of this terminal
+  for ((rank = 0; rank < 2; rank++)); do
+    (
+      trap "" USR1; export RANK=$rank LOCAL_RANK=$rank
+      if [ -n "${HPC_RANK_LOGS:-}" ]; then exec >>"$HPC_RANK_LOGS/rank$rank-local.out" 2>&1; fi
+      exec /path/to/python train.py --lr 3e-4 'it'"'"'s $(rm -rf ~) `id`' 'say "hi"; exit 1' 'tab	here' '*' '$HOME' ''
+    ) &
+    pids[rank]=$!
   done
-  sleep 0.1
+  # The first rank to fail stops the others: a dead rank must not leave the rest waiting in a collective.
+  rc=0
+  while [ "${#pids[@]}" -gt 0 ]; do
+    for rank in "${!pids[@]}"; do
+      kill -0 "${pids[rank]}" 2>/dev/null && continue
+      status=0
+      wait "${pids[rank]}" || status=$?
+      unset "pids[rank]"
+      if [ "$status" -ne 0 ] && [ "$rc" -eq 0 ]; then
+        rc=$status
+        echo "hpc: rank $rank exited with status $status; stopping the other ranks" >&2
+        stop TERM
+      fi
+    done
+    sleep 0.1
+  done
+  [ "$rc" -eq 0 ] && [ -e "$HPC_JOB_DIR/requeue" ] || exit "$rc"
+  HPC_RESTART_COUNT=$((HPC_RESTART_COUNT + 1))
+  echo "hpc: requeued: starting the processes again (round $HPC_RESTART_COUNT)" >&2
 done
-exit "$rc"
