@@ -128,8 +128,9 @@ def validate(env: DistEnv) -> None:
         raise HpcError("no MASTER_ADDR for a distributed job", fix="start it with srun, torchrun or `hpc launch`")
     if env.is_distributed and not env.master_port:
         raise HpcError("no MASTER_PORT for a distributed job", fix="set MASTER_PORT or start it with `hpc launch`")
-    if env.num_nodes > 1 and env.master_addr in LOOPBACK:
-        # each node would form a world of its own on its own loopback and wait forever
+    if env.num_nodes > 1 and env.master_addr in LOOPBACK and env.launcher != "torchrun":
+        # each node would form a world of its own on its own loopback and wait forever (torchrun's agents
+        # agreed on this address through their rendezvous: it names the store's host as that host calls itself)
         raise HpcError(f"a {env.num_nodes}-node job would rendezvous on {env.master_addr}",
                        fix="let MASTER_ADDR be the first host of the allocation (unset it; hpc derives it)")
 

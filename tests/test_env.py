@@ -57,3 +57,10 @@ def test_export_fills_only_what_is_missing():
                    "SLURM_JOB_NODELIST": "a1", "SLURM_TASKS_PER_NODE": "2"}), environ)
     assert environ == {"MASTER_PORT": "1111", "RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2",
                        "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "0", "MASTER_ADDR": "a1"}
+
+
+def test_torchrun_workers_trust_the_address_their_agents_agreed_on():
+    # torchrun's rendezvous names the store's host as that host calls itself (localhost on one-machine clusters)
+    env = detect({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "localhost",
+                  "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "77", "GROUP_RANK": "1"})
+    assert (env.launcher, env.num_nodes, env.node_rank, env.master_addr) == ("torchrun", 2, 1, "localhost")

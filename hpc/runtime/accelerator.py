@@ -119,7 +119,7 @@ class Accelerator:
         self._checkpointer: Checkpointer | None = None
         self._preemption = config.get("preemption") or {}
         self._watch = preemption.PreemptionWatch(self._requeue_signals(), os.environ.get("HPC_STOP_FILE"))
-        self._stop_code = 0
+        self._stop_code, self._stop_reason = 0, ""
         if config:  # inside an hpc job the warning signal starts ignored; from now on it is noted
             self._watch.install(term=False)
 
@@ -402,8 +402,12 @@ class Accelerator:
             flag = torch.tensor([code], device=self.device if self.state.backend == "nccl" else "cpu")
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             code = int(flag.item())
-        self._stop_code = code
-        return code > 0
+        if code and not self._stop_code:  # what stopped us, fixed now: signals that follow (SLURM's TERM
+            # after our own requeue) change nothing
+            self._stop_reason = self._watch.received if self._watch.code == code else (
+                "TERM on another rank" if code == preemption.STOP else "warning signal on another rank")
+        self._stop_code = max(self._stop_code, code)
+        return self._stop_code > 0
 
     def preemption_point(self) -> None:
         """At a step boundary: if a stop was asked for, checkpoint, requeue (for the warning signal) and exit,
@@ -414,16 +418,15 @@ class Accelerator:
         requeued = False
         if self._stop_code == preemption.REQUEUE:
             if self.is_main_process:
-                said = preemption.requeue(int(self._preemption.get("max_requeues", 3)),
-                                          os.environ.get("HPC_JOB_DIR"))
-                requeued = said.startswith("requeued") or said.startswith("the local job")
-                preemption.log(f"stop requested ({self._watch.received or 'another rank'}): saved {folder}; {said}")
+                said = preemption.requeue(int(self._preemption.get("max_requeues", 3)), os.environ.get("HPC_JOB_DIR"))
+                requeued = said.startswith(("requeued", "the local job"))
+                preemption.log(f"stop requested ({self._stop_reason}): saved {folder}; {said}")
             requeued = bool(self._broadcast_flag(requeued))
         elif self.is_main_process:
-            preemption.log(f"stop requested ({self._watch.received or 'another rank'}): saved {folder}; exiting")
+            preemption.log(f"stop requested ({self._stop_reason}): saved {folder}; exiting")
         self.end_training()
-        received = self._watch.received or "TERM"
-        sys.exit(0 if requeued else 128 + getattr(signal, f"SIG{received}"))
+        sys.exit(0 if requeued else 128 + (signal.SIGTERM if self._stop_code == preemption.STOP
+                                           else getattr(signal, f"SIG{self._watch.requeue_signals[0]}")))
 
     def _broadcast_flag(self, value: bool) -> bool:
         if not self.state.distributed:

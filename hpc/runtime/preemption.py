@@ -7,6 +7,7 @@ not pass the signal on (torchrun's agent ignores USR1/USR2) still learn of it, a
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 REQUEUE = 1  # the profile's warning signal (time limit, preemption notice): checkpoint, requeue, exit
 STOP = 2  # TERM/INT (scancel, scontrol requeue, preemption, the hard limit): checkpoint and exit; SLURM decides
 _CHECK_FILE_EVERY_S = 1.0
+_TERM_AGAIN_S = 5.0
 
 
 class PreemptionWatch:
@@ -29,22 +31,35 @@ class PreemptionWatch:
         self.code = 0
         self._last_check = 0.0
         self._installed: set[str] = set()
+        self._term_at = 0.0
 
     def install(self, term: bool) -> None:
         """The warning signals; with `term`, TERM too. TERM is taken over only once the loop is known to
         check (should_stop): a script that never checks must still die on scancel."""
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be set from the main thread
+        if not self._installed:
+            atexit.register(self._ignore_warnings_from_now_on)
         for name in [*self.requeue_signals, *(["TERM"] if term else [])]:
             if name not in self._installed:
                 signal.signal(getattr(signal, f"SIG{name}"), self._handle)
                 self._installed.add(name)
 
+    def _ignore_warnings_from_now_on(self) -> None:
+        # Python restores the default action of handled signals as it shuts down, and USR1's default is to
+        # die: a warning that lands while a finished job exits must not turn its success into a failure.
+        for name in self.requeue_signals:
+            signal.signal(getattr(signal, f"SIG{name}"), signal.SIG_IGN)
+
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name.removeprefix("SIG")
-        if name == "TERM" and self.code == STOP:  # asked twice: stop waiting for the step boundary
+        # asked again, well after the first time: stop waiting for the step boundary. (SLURM signals every
+        # process of the step and torchrun's agent forwards the same TERM: one stop often arrives twice.)
+        if name == "TERM" and self.code == STOP and time.monotonic() - self._term_at > _TERM_AGAIN_S:
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
+        if name == "TERM" and self.code != STOP:
+            self._term_at = time.monotonic()
         self._note(name)
 
     def _note(self, name: str) -> None:

@@ -1,0 +1,146 @@
+"""Preemption on the real on-machine SLURM: interrupted jobs end exactly where uninterrupted ones do.
+
+Each job trains with tests/resume_worker.py (2 ranks on 2 nodes) and is interrupted from outside while it
+runs: `scancel --signal=USR1` (the job checkpoints and requeues itself), `scontrol requeue` (TERM: it
+checkpoints, SLURM requeues it) and, for one job, its own time limit (the profile's USR1 10 s ahead).
+The result is compared bitwise with the same training run straight through on this machine.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.jobhelpers import hpc, launch_env, submit
+from tests.test_checkpoint import assert_same_run
+
+pytestmark = pytest.mark.slurm
+HERE = Path(__file__).parent
+PROFILE = """\
+name: preempt-test
+extends: slurm-local
+preemption:
+  signal: USR1
+  lead_time: 10
+  max_requeues: 8
+"""
+
+
+def _start_straight_runs(project: Path, specs: dict) -> dict:
+    """The same trainings run straight through, as 2 local processes each (all at once, in the background)."""
+    procs = {}
+    for name, spec in specs.items():
+        spec = {**spec, "project": str(project / f"straight-{name}"), "out": str(project / f"straight-{name}.pt")}
+        procs[name] = subprocess.Popen([sys.executable, "-m", "hpc", "launch", "--nproc", "2", "resume_worker.py",
+                                        json.dumps(spec)], cwd=project, env=launch_env(), stderr=subprocess.PIPE,
+                                       text=True)
+    return procs
+
+
+def _straight_results(project: Path, procs: dict) -> dict:
+    results = {}
+    for name, proc in procs.items():
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-3000:]
+        results[name] = torch.load(project / f"straight-{name}.pt", weights_only=False)
+    return results
+
+
+class Job:
+    """A submitted job and the interruptions still to send it: (action, steps into the attempt)."""
+
+    def __init__(self, project: Path, name: str, spec: dict, plan: list[tuple[str, int]], flags: list[str]):
+        self.project, self.name, self.plan = project, name, list(plan)
+        self.spec = {**spec, "project": str(project / name), "out": str(project / f"{name}.pt")}
+        self.info = submit(project, "-p", "./preempt-test.yaml", "-N", "2", "--ntasks-per-node", "1", "-J", name,
+                           *flags, "resume_worker.py", "--", json.dumps(self.spec))
+        self.id = self.info["job_id"]
+        self.attempt, self.attempt_start, self.sent = -1, 0, []
+
+    def _restarts(self) -> int | None:
+        try:
+            return int((Path(self.info["job_dir"]) / "tasks" / "0.jobid").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def _progress(self) -> int:
+        try:
+            return int((self.project / self.name / "progress").read_text())
+        except (OSError, ValueError):
+            return 0
+
+    def poll(self) -> None:
+        restarts, step = self._restarts(), self._progress()
+        if restarts is None:
+            return
+        if restarts != self.attempt:  # a new attempt: steps count from where it resumed
+            self.attempt, self.attempt_start = restarts, step
+            return
+        if not self.plan or len(self.sent) != restarts or step < self.attempt_start + self.plan[0][1]:
+            return
+        action, _ = self.plan.pop(0)
+        cmd = ["scancel", "--signal=USR1", self.id] if action == "signal" else ["scontrol", "requeue", self.id]
+        subprocess.run(cmd, check=True, capture_output=True)
+        self.sent.append((action, step))
+
+
+def _drive(jobs: list[Job], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for job in jobs:
+            job.poll()
+        if all((job.project / f"{job.name}.pt").exists() for job in jobs):
+            return
+        time.sleep(0.3)
+    pytest.fail("jobs did not finish: " + ", ".join(f"{j.name} sent {j.sent}" for j in jobs))
+
+
+@pytest.fixture
+def project(slurm, tmp_path):
+    shutil.copy(HERE / "resume_worker.py", tmp_path)
+    (tmp_path / "preempt-test.yaml").write_text(PROFILE)
+    return tmp_path
+
+
+def _finish(project: Path, job: Job, straight: dict) -> dict:
+    proc = hpc(project, "wait", job.id, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = torch.load(project / f"{job.name}.pt", weights_only=False)
+    assert_same_run(straight, result)
+    logs = hpc(project, "logs", "--all", job.id, check=True).stdout
+    return {"result": result, "logs": logs}
+
+
+def test_interrupted_jobs_resume_bitwise_srun_and_torchrun_ddp_and_fsdp(project):
+    """Every job: scancel --signal (it requeues itself), then scontrol requeue (TERM; SLURM requeues it).
+    srun-ddp runs under a 1-minute limit and then meets it (USR1 10 s ahead) until done. torchrun's agent
+    ignores USR1: its workers learn of it from SLURM's signal to the whole step and from the stop file."""
+    specs = {"ddp": {"strategy": "ddp", "steps": 90, "save_every": 10, "sleep": 0.7},
+             "fsdp": {"strategy": "fsdp", "steps": 24, "save_every": 5, "sleep": 0.4}}
+    plan = [("signal", 4), ("requeue", 4)]
+    torchrun = ["--launcher", "torchrun", "--nproc", "1", "--time", "5"]
+    jobs = [Job(project, "srun-ddp", specs["ddp"], plan, ["--time", "1"]),
+            Job(project, "torchrun-fsdp", specs["fsdp"], plan, torchrun),
+            Job(project, "srun-fsdp", specs["fsdp"], plan, ["--time", "5"]),
+            Job(project, "torchrun-ddp", {**specs["ddp"], "steps": 24, "sleep": 0.4}, plan, torchrun)]
+
+    specs["ddp24"] = {**specs["ddp"], "steps": 24}
+    runs = _start_straight_runs(project, {name: {**spec, "sleep": 0} for name, spec in specs.items()})
+    _drive(jobs, timeout=600)
+    straight = _straight_results(project, runs)
+    straight = {"srun-ddp": straight["ddp"], "torchrun-fsdp": straight["fsdp"], "srun-fsdp": straight["fsdp"],
+                "torchrun-ddp": straight["ddp24"]}
+    for job in jobs:
+        done = _finish(project, job, straight[job.name])
+        assert [a for a, _ in job.sent] == ["signal", "requeue"], job.sent
+        requeues = [a[0] for a in done["result"]["attempts"]]
+        assert requeues[:3] == [0, 1, 2], (job.name, requeues)
+        assert "stop requested (USR1)" in done["logs"] and "requeued SLURM job" in done["logs"], job.name
+        assert "stop requested (TERM)" in done["logs"], job.name
+        if job.name == "srun-ddp":  # its third attempt met its own time limit: the job requeued itself again
+            assert len(requeues) >= 4 and done["logs"].count("requeued SLURM job") >= 2, done["logs"]
