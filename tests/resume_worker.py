@@ -4,8 +4,8 @@
 
 SPEC keys: project (checkpoint folder parent), out (result file), strategy ("ddp" | "fsdp" | "deepspeed"),
 steps (optimizer steps in all), k (accumulation), save_every, async (background saves), sleep (seconds per
-step: room for a signal to arrive), crash_at (exit hard at that step on the first attempt), world_kill
-(SIGKILL this rank instead). The loop has no resume logic of its own beyond `auto_resume`: a restarted job
+step: room for a signal to arrive), crash_at (raise at that step on the first attempt), crash_rank (only that
+rank crashes; the others go on into the next collective), world_kill (SIGKILL instead of raising). The loop has no resume logic of its own beyond `auto_resume`: a restarted job
 continues from the newest checkpoint, mid-epoch, with the loss log restored alongside the weights. Rank 0
 writes `progress` (the step reached, for tests that interrupt at the right moment) and, at the end, the
 per-step losses and the final weights.
@@ -72,7 +72,9 @@ def main():
             log.rows.append([step, acc.reduce(loss.detach(), "mean").item(), attempt])
             if acc.is_main_process:
                 progress.write_text(f"{step}\n")
-            if step == spec.get("crash_at") and first_attempt:
+            if step == spec.get("crash_at") and first_attempt and spec.get("crash_rank", acc.process_index) == \
+                    acc.process_index:
+                Path(spec["project"], "crashed_at").write_text(f"{time.time()}\n")
                 if spec.get("world_kill"):
                     os.kill(os.getpid(), signal.SIGKILL)
                 raise RuntimeError(f"planned crash at step {step}")

@@ -185,3 +185,40 @@ except Exception as e:
     proc = subprocess.run([sys.executable, "-c", code], env=launch_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "ERR cannot load checkpoint" in proc.stdout and "model_0.pt: checksum" in proc.stdout
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
+def test_merge_weights_writes_the_trained_model_as_one_file(tmp_path, strategy):
+    from safetensors.torch import load_file
+
+    spec = {"strategy": strategy, "steps": 6, "save_every": 3, "project": str(tmp_path / "p"),
+            "out": str(tmp_path / "p.pt")}
+    _launch(tmp_path, spec, nproc=2)
+    trained = _result(tmp_path / "p.pt")["weights"]
+    env = launch_env()
+    proc = subprocess.run([sys.executable, "-m", "hpc", "merge-weights", str(tmp_path / "p"), "--json"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["checkpoint"].endswith("step-6") and info["output"].endswith("step-6.safetensors")
+    merged = load_file(info["output"])
+    assert merged.keys() == trained.keys()
+    for name in trained:  # ZeRO keeps fp32 master weights: the same values the engine trained
+        assert torch.equal(merged[name], trained[name].float()), name
+    victim = next((tmp_path / "p" / "checkpoints" / "step-6").rglob("*.distcp" if strategy == "fsdp" else "*optim*"))
+    raw = bytearray(victim.read_bytes())
+    raw[len(raw) // 2] ^= 0x10
+    victim.write_bytes(bytes(raw))
+    bad = subprocess.run([sys.executable, "-m", "hpc", "merge-weights", str(tmp_path / "p" / "checkpoints" / "step-6"),
+                          "-o", str(tmp_path / "x.safetensors")], env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "does not match the manifest" in bad.stderr and len(bad.stderr.splitlines()) == 1
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_deepspeed_zero2_crash_and_resume_matches_the_straight_run(tmp_path):
+    common = {"strategy": "deepspeed", "zero_stage": 2, "steps": 12, "save_every": 4}
+    _launch(tmp_path, {**common, "project": str(tmp_path / "a"), "out": str(tmp_path / "a.pt")}, 2)
+    crashed = {**common, "project": str(tmp_path / "b"), "out": str(tmp_path / "b.pt"), "crash_at": 7}
+    assert _launch(tmp_path, crashed, 2, check=False).returncode != 0
+    assert "step-4 " in _launch(tmp_path, crashed, 2, restart=1).stderr
+    assert_same_run(_result(tmp_path / "a.pt"), _result(tmp_path / "b.pt"))

@@ -144,3 +144,31 @@ def test_interrupted_jobs_resume_bitwise_srun_and_torchrun_ddp_and_fsdp(project)
         assert "stop requested (TERM)" in done["logs"], job.name
         if job.name == "srun-ddp":  # its third attempt met its own time limit: the job requeued itself again
             assert len(requeues) >= 4 and done["logs"].count("requeued SLURM job") >= 2, done["logs"]
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_a_rank_that_dies_fails_the_job_within_a_minute_with_its_error_in_the_logs(project, launcher):
+    spec = {"strategy": "ddp", "steps": 50, "sleep": 0.2, "crash_at": 3, "crash_rank": 1,
+            "project": str(project / "p"), "out": str(project / "p.pt")}
+    flags = ["--launcher", "torchrun", "--nproc", "1"] if launcher == "torchrun" else []
+    info = submit(project, "-p", "./preempt-test.yaml", "-N", "2", "--ntasks-per-node", "1", "--time", "5", *flags,
+                  "resume_worker.py", "--", json.dumps(spec))
+    proc = hpc(project, "wait", info["job_id"], timeout=180)
+    ended = time.time()
+    assert proc.returncode != 0 and "FAILED" in proc.stdout, proc.stdout
+    crashed = float((project / "p" / "crashed_at").read_text())
+    assert ended - crashed < 60, f"the job took {ended - crashed:.0f} s to fail after rank 1 died"
+    logs = hpc(project, "logs", "--all", info["job_id"], check=True).stdout
+    assert "RuntimeError: planned crash at step 3" in logs
+
+
+def test_elastic_torchrun_restarts_a_crashed_group_from_the_newest_checkpoint(project):
+    spec = {"strategy": "ddp", "steps": 16, "save_every": 4}
+    runs = _start_straight_runs(project, {"elastic": spec})
+    spec = {**spec, "crash_at": 7, "crash_rank": 1}
+    job = Job(project, "elastic", spec, [], ["--launcher", "torchrun", "--nproc", "1", "--elastic", "1:2",
+                                             "--max-restarts", "1", "--time", "5"])
+    _drive([job], timeout=300)
+    done = _finish(project, job, _straight_results(project, runs)["elastic"])
+    assert done["result"]["attempts"] == [(0, 0), (0, 1)]  # no requeue; one restart of the worker group
+    assert "planned crash at step 7" in done["logs"] and "checkpoints/step-4 (step 4)" in done["logs"]

@@ -22,6 +22,7 @@ COMMANDS = {
     "render": ("hpc.cli.render_cmd", "render", "Print (or write with -o) the batch script and hostfile of a job."),
     "profile": ("hpc.cli.profile_cmd", "profile", "List, show, validate and create cluster profiles."),
     "estimate-memory": ("hpc.cli.estimate_cmd", "estimate_memory", "Training memory per GPU for each strategy, and the cheapest that fits."),
+    "merge-weights": ("hpc.cli.merge_cmd", "merge_weights", "One weights file (safetensors or torch) from a checkpoint, sharded or not."),
     "env": ("hpc.cli.env_cmd", "env", "What a bug report needs: versions, scheduler, profile, GPUs, NICs."),
     "completion": ("hpc.cli.completion_cmd", "completion", "Print the shell completion script (bash, zsh, fish)."),
 }

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -34,5 +36,16 @@ class ProcessState:
             backend = "nccl" if use_cuda else "gloo"
             if not dist.is_initialized():
                 dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
-                                        device_id=device if use_cuda else None)
+                                        device_id=device if use_cuda else None, **_restart_store(env))
         return cls(env, device, backend)
+
+
+def _restart_store(env) -> dict:
+    """torchrun keeps one store for all restarts of the worker group, and the process group's keys carry no
+    round: a restarted group would read the dead group's addresses and fail to connect. A prefix per restart
+    keeps each round's keys apart."""
+    if env.launcher != "torchrun" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, is_master=False,
+                          timeout=timedelta(minutes=10))
+    return {"store": dist.PrefixStore(f"hpc/restart-{env.restart_count}", store)}
