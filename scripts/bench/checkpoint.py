@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Checkpoint cost: hpc's save_state/load_state against raw torch.save/torch.load and dcp.save/dcp.load.
+
+    python scripts/bench/checkpoint.py [--gib 1.0] [--repeat 3] [--crash-trials 50] [--signal]
+
+One process, a model plus its AdamW state of about --gib GiB in all (on --device), saved to the local disk (page cache warm,
+as checkpoints usually are). Rows: raw baselines, hpc sync save (manifest with CRC-32 of every byte, commit
+by rename), hpc async save (the training stall = the time save_state returns; then until commit), load
+(checksums verified first). --crash-trials SIGKILLs a saving process at random moments and checks that the
+newest committed checkpoint always verifies. --signal (needs scripts/slurm-local) times `scancel --signal`
+-> checkpoint -> `scontrol requeue` -> the job running again. Medians of --repeat runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from hpc.cli.output import table  # noqa: E402
+
+
+def timed(fn) -> float:
+    os.sync()  # start clean: dirty pages left by the previous row would throttle this one's writes
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def build(acc, gib: float):
+    """A model and its AdamW state (prepared: on the accelerator's device), about `gib` GiB in all."""
+    import torch
+
+    # AdamW holds two more copies of the parameters: parameters are a third of the state
+    width = 2048
+    layers = max(1, round(gib * 2**30 / 4 / 3 / width**2))
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False) for _ in range(layers)])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model, opt = acc.prepare(model, opt)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    opt.step()
+    nbytes = sum(p.numel() * 4 * 3 for p in model.parameters())
+    return model, opt, nbytes
+
+
+def drop(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def bench_io(gib: float, repeat: int, work: Path, device: str) -> tuple[list[list], int]:
+    import warnings
+
+    warnings.filterwarnings("ignore")  # dcp without a process group warns on every call
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from hpc import Accelerator
+
+    acc = Accelerator(project_dir=work / "project", cpu=device == "cpu")
+    model, opt, nbytes = build(acc, gib)
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict()}
+    times: dict[str, list[float]] = {k: [] for k in ("raw save", "raw load", "dcp save", "dcp load", "hpc save",
+                                                      "hpc load", "hpc async stall", "hpc async to commit")}
+    for i in range(repeat + 1):  # the first round warms up (threads, allocator, page cache) and is dropped
+        if i == 1:
+            times = {k: [] for k in times}
+        raw = work / "raw.pt"
+        times["raw save"].append(timed(lambda: torch.save(state, raw)))
+        times["raw load"].append(timed(lambda: torch.load(raw, weights_only=True)))
+        drop(raw)
+        folder = work / "dcp"
+        times["dcp save"].append(timed(lambda: dcp.save(state, checkpoint_id=str(folder), no_dist=True)))
+        times["dcp load"].append(timed(lambda: dcp.load(state, checkpoint_id=str(folder), no_dist=True)))
+        drop(folder)
+        acc._completed_steps = 2 * i + 1
+        times["hpc save"].append(timed(lambda: acc.save_state()))
+        times["hpc load"].append(timed(lambda: acc.load_state()))
+        drop(acc.checkpoint_dir)  # every row writes into the same clean page cache
+        acc._completed_steps = 2 * i + 2
+        os.sync()
+        start = time.perf_counter()
+        acc.save_state(async_save=True)
+        times["hpc async stall"].append(time.perf_counter() - start)
+        acc.wait_for_checkpoint()
+        times["hpc async to commit"].append(time.perf_counter() - start)
+        drop(acc.checkpoint_dir)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    gbs = nbytes / 2**30
+    rows = []
+    for name, base in [("raw save", None), ("dcp save", "raw save"), ("hpc save", "raw save"),
+                       ("hpc async stall", "hpc save"), ("hpc async to commit", "hpc save"),
+                       ("raw load", None), ("dcp load", "raw load"), ("hpc load", "raw load")]:
+        rows.append([name, f"{med[name]:.3f}", f"{gbs / med[name]:.2f}",
+                     f"{med[name] / med[base]:.2f}x {base}" if base else ""])
+    return rows, nbytes
+
+
+def crash_trials(n: int, work: Path) -> list[list]:
+    from hpc.runtime.checkpoint import manifest
+    from hpc.runtime.checkpoint.store import CheckpointStore
+
+    rng = random.Random(7)
+    partial = bad = empty = 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for trial in range(n):
+        project = work / f"crash{trial}"
+        proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "crash_saver.py"), str(project), "64"],
+                                stdout=subprocess.PIPE, text=True, env=env)
+        proc.stdout.readline()
+        time.sleep(rng.uniform(0.05, 2.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        store = CheckpointStore(project / "checkpoints")
+        partial += any(not e.committed for e in store.entries())
+        committed = store.committed()
+        if not committed:
+            empty += 1
+        elif manifest.verify(committed[0].path, committed[0].manifest["files"]) is not None:
+            bad += 1
+        shutil.rmtree(project, ignore_errors=True)
+        print(f"\rcrash trials: {trial + 1}/{n}", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    return [["SIGKILL trials", n], ["  killed inside a save (partial folder left)", partial],
+            ["  no checkpoint committed yet", empty], ["  newest committed failed to verify", bad]]
+
+
+def signal_to_requeue(work: Path) -> list[list]:
+    """One 2-node job, signalled after its 3rd step; times each stage from outside."""
+    project = work / "signal"
+    project.mkdir()
+    shutil.copy(ROOT / "tests" / "resume_worker.py", project)
+    (project / "p.yaml").write_text("name: bench\nextends: slurm-local\npreemption:\n  max_requeues: 2\n")
+    spec = {"strategy": "ddp", "steps": 40, "sleep": 0.5, "project": str(project / "run"), "out": str(project / "o.pt")}
+    out = subprocess.run([sys.executable, "-m", "hpc", "submit", "--json", "-p", "./p.yaml", "-N", "2",
+                          "--ntasks-per-node", "1", "resume_worker.py", "--", json.dumps(spec)], cwd=project,
+                         capture_output=True, text=True, check=True)
+    info = json.loads(out.stdout)
+    jobid_file = Path(info["job_dir"]) / "tasks" / "0.jobid"
+    progress = project / "run" / "progress"
+    while not (progress.exists() and int(progress.read_text() or 0) >= 3):
+        time.sleep(0.05)
+    t0 = time.perf_counter()
+    subprocess.run(["scancel", "--signal=USR1", info["job_id"]], check=True)
+    marks = {}
+    while "running" not in marks:
+        show = subprocess.run(["scontrol", "show", "job", info["job_id"]], capture_output=True, text=True).stdout
+        if "requeued" not in marks and "Restarts=1" in show:
+            marks["requeued"] = time.perf_counter() - t0
+        try:
+            if jobid_file.read_text().split()[1] == "1":
+                marks["running"] = time.perf_counter() - t0
+        except (OSError, IndexError):
+            pass
+        time.sleep(0.05)
+    while not (progress.exists() and "resumed" not in marks and _resumed(info)):
+        time.sleep(0.05)
+    marks["resumed"] = time.perf_counter() - t0
+    subprocess.run(["scancel", info["job_id"]])
+    return [["signal -> checkpoint saved, scontrol requeue accepted", f"{marks['requeued']:.2f}"],
+            ["signal -> batch script running again", f"{marks['running']:.2f}"],
+            ["signal -> training resumed from the checkpoint", f"{marks['resumed']:.2f}"]]
+
+
+def _resumed(info: dict) -> bool:
+    logs = Path(info["job_dir"]) / "logs"
+    return any("resumed from" in p.read_text(errors="replace") for p in logs.glob("*.out"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gib", type=float, default=1.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--crash-trials", type=int, default=50)
+    parser.add_argument("--signal", action="store_true", help="also time signal -> requeue on scripts/slurm-local")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the training state lives")
+    parser.add_argument("--dir", type=Path, help="where to write (default: a temporary folder)")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="hpc-bench-ckpt-", dir=args.dir))
+    try:
+        rows, nbytes = bench_io(args.gib, args.repeat, work, args.device)
+        print(f"state: {nbytes / 2**30:.2f} GiB (parameters + AdamW moments) on {args.device}, "
+              f"median of {args.repeat}, {work}")
+        print(table(["what", "seconds", "GiB/s", "vs"], rows))
+        if args.crash_trials:
+            print(table(["crash safety", "count"], crash_trials(args.crash_trials, work)))
+        if args.signal:
+            print(table(["preemption (2 nodes, srun, DDP)", "seconds"], signal_to_requeue(work)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

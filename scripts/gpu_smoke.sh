@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The CUDA/NCCL paths CI cannot reach (no GPU there), on one GPU: run from the repository root on a GPU machine
+# with torch installed. Prints PASS/FAIL lines and the checkpoint benchmark with the state on the GPU.
+set -uo pipefail
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
+py=${PYTHON:-python3}
+work=$(mktemp -d)
+$py -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))"
+
+# 1. AMP and strategies on CUDA (one process: NCCL for FSDP): losses finite and falling
+specs='[{"strategy":"ddp","mixed_precision":"fp16","steps":30},{"strategy":"ddp","mixed_precision":"bf16","steps":30},
+        {"strategy":"fsdp","mixed_precision":"bf16","steps":30},{"strategy":"fsdp","mixed_precision":"fp16","steps":30}]'
+$py -m hpc launch --nproc 1 tests/strategy_worker.py "$specs" "$work/amp.json" 2>&1 | grep -v Warning | tail -3
+$py - "$work/amp.json" <<'PY'
+import json, math, sys
+for r in json.load(open(sys.argv[1])):
+    s, l = r["spec"], r["losses"]
+    ok = all(math.isfinite(x) for x in l) and sum(l[-5:]) < sum(l[:5])
+    print("PASS" if ok else "FAIL", s["strategy"], s["mixed_precision"], r["distributed_type"],
+          f"loss {l[0]:.4f} -> {l[-1]:.4f}")
+PY
+
+# 2. crash and resume on CUDA (RNG of the GPU included): bitwise equal to the straight run
+for s in ddp fsdp; do
+  for mode in false true; do
+    a="$work/a-$s-$mode" b="$work/b-$s-$mode"
+    base="\"strategy\":\"$s\",\"steps\":30,\"save_every\":4,\"async\":$mode"
+    $py -m hpc launch --nproc 1 tests/resume_worker.py "{$base,\"project\":\"$a\",\"out\":\"$a.pt\"}" >/dev/null 2>&1
+    $py -m hpc launch --nproc 1 tests/resume_worker.py "{$base,\"project\":\"$b\",\"out\":\"$b.pt\",\"crash_at\":13}" >/dev/null 2>&1
+    HPC_RESTART_COUNT=1 $py -m hpc launch --nproc 1 tests/resume_worker.py \
+      "{$base,\"project\":\"$b\",\"out\":\"$b.pt\",\"crash_at\":13}" 2>&1 | grep "resumed from" | sed 's/.*checkpoints/  resumed from/'
+    $py - "$a.pt" "$b.pt" "$s async=$mode" <<'PY'
+import sys, torch
+a, b = torch.load(sys.argv[1], weights_only=False), torch.load(sys.argv[2], weights_only=False)
+same = a["losses"] == b["losses"] and all(torch.equal(a["weights"][k], b["weights"][k]) for k in a["weights"])
+dev = {t.device.type for t in a["weights"].values()}
+print("PASS" if same else "FAIL", "bitwise resume on cuda:", sys.argv[3], "(weights gathered to", dev, ")")
+PY
+  done
+done
+
+# 3. checkpoint cost with the training state in GPU memory
+$py scripts/bench/checkpoint.py --device cuda --gib "${GIB:-1}" --repeat 3 --crash-trials 0 2>&1 | grep -v -i warn
+rm -rf "$work"
