@@ -21,7 +21,7 @@ import torch.distributed as dist
 from hpc.errors import HpcError
 from hpc.runtime.checkpoint import fileset, manifest
 from hpc.runtime.checkpoint.fileset import FileSet
-from hpc.runtime.checkpoint.formats import cpu_copy
+from hpc.runtime.checkpoint.formats import StagingBuffers
 from hpc.runtime.checkpoint.store import CheckpointStore
 
 COMMIT_TIMEOUT_S = 1800.0  # how long rank 0 waits for the other ranks' files before giving the save up
@@ -56,6 +56,7 @@ class Checkpointer:
         self.acc, self.format, self.store, self.fsync = accelerator, fmt, store, fsync
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._staging = StagingBuffers()  # reused by every background save (one is in flight at a time)
         self.last_committed: Path | None = None
 
     @property
@@ -104,9 +105,12 @@ class Checkpointer:
             folder.mkdir(parents=True)
         self._barrier()
 
-        staged = self.format.stage(self.acc._models, self.acc._optimizers, copy=async_save)
-        extras = self._extras(copy=async_save)
+        buffers = self._staging if async_save else None
+        staged = self.format.stage(self.acc._models, self.acc._optimizers, copy=buffers)
+        extras = self._extras(buffers)
         staged.start(folder)
+        if buffers is not None:
+            buffers.synchronize()
         background = async_save and staged.background_ok
 
         def job() -> None:
@@ -132,7 +136,7 @@ class Checkpointer:
             self._barrier()  # every rank returns once the checkpoint is committed
         return folder
 
-    def _extras(self, copy: bool) -> dict:
+    def _extras(self, buffers: StagingBuffers | None) -> dict:
         acc = self.acc
         out = {f"rng/rank{self.rank}.pt": rng_state()}
         if self.rank == 0:
@@ -142,7 +146,7 @@ class Checkpointer:
                 out["scaler.pt"] = acc.precision.scaler.state_dict()
             for i, obj in enumerate(acc._custom_objects):
                 out[f"custom_{i}.pt"] = obj.state_dict()
-        return cpu_copy(out) if copy else out
+        return buffers.copy(out, "extras") if buffers is not None else out
 
     def _commit(self, folder: Path, meta: dict, purge: bool) -> None:
         deadline = time.monotonic() + COMMIT_TIMEOUT_S
