@@ -482,4 +482,7 @@ class Accelerator:
             tracker.finish()
         self._trackers.clear()
         if self.state.distributed and dist.is_initialized():
+            # ranks tear their connections down together: a gloo rank whose peer closes while it is still
+            # finishing its last collective can abort at exit
+            dist.barrier()
             dist.destroy_process_group()

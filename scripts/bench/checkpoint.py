@@ -115,14 +115,15 @@ def crash_trials(n: int, work: Path) -> list[list]:
     rng = random.Random(7)
     partial = bad = empty = 0
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    saver = subprocess.Popen([sys.executable, str(ROOT / "tests" / "crash_saver.py"), str(work / "crash"), "64"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     for trial in range(n):
-        project = work / f"crash{trial}"
-        proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "crash_saver.py"), str(project), "64"],
-                                stdout=subprocess.PIPE, text=True, env=env)
-        proc.stdout.readline()
-        time.sleep(rng.uniform(0.05, 2.0))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        saver.stdin.write("go\n")
+        saver.stdin.flush()
+        pid = int(saver.stdout.readline().split()[1])
+        time.sleep(rng.uniform(0.3, 2.0))
+        os.kill(pid, signal.SIGKILL)
+        project = work / "crash" / f"t{trial}"
         store = CheckpointStore(project / "checkpoints")
         partial += any(not e.committed for e in store.entries())
         committed = store.committed()
@@ -132,6 +133,8 @@ def crash_trials(n: int, work: Path) -> list[list]:
             bad += 1
         shutil.rmtree(project, ignore_errors=True)
         print(f"\rcrash trials: {trial + 1}/{n}", end="", file=sys.stderr, flush=True)
+    saver.stdin.close()
+    saver.wait()
     print(file=sys.stderr)
     return [["SIGKILL trials", n], ["  killed inside a save (partial folder left)", partial],
             ["  no checkpoint committed yet", empty], ["  newest committed failed to verify", bad]]

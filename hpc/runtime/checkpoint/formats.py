@@ -5,7 +5,8 @@ dcp: FSDP2 shards through torch.distributed.checkpoint: every rank writes its ow
 loads at another world size. deepspeed: the engine's own checkpoint (ZeRO partitions per rank).
 
 `stage()` runs on the training thread and returns a Staged save whose `write` may run on another thread:
-for an async save, stage() copies what training will change next.
+given buffers, stage() copies what training will change next into them; `background` says the write
+will run beside training.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class FullFormat:
     def __init__(self, strategy):
         self.strategy = strategy
 
-    def stage(self, models, optimizers, copy: StagingBuffers | None) -> Staged:
+    def stage(self, models, optimizers, copy: StagingBuffers | None, background: bool) -> Staged:
         if self.strategy.state.env.rank != 0:
             return Staged(_nothing)
         state = {f"model_{i}.pt": self.strategy.unwrap(m).state_dict() for i, m in enumerate(models)}
@@ -117,13 +118,13 @@ class DcpFormat:
             state[f"optimizer_{i}"] = get_optimizer_state_dict(_owner(opt, models), opt)
         return state
 
-    def stage(self, models, optimizers, copy: StagingBuffers | None) -> Staged:
+    def stage(self, models, optimizers, copy: StagingBuffers | None, background: bool) -> Staged:
         import torch.distributed as dist
         import torch.distributed.checkpoint as dcp
 
         state = self._state(models, optimizers)
         rank = self.strategy.state.env.rank
-        if copy is not None:
+        if background:
             # a group of its own: the writer's collectives run beside training's and must not interleave
             if self._async_group is None:
                 self._async_group = dist.new_group(backend="gloo")
@@ -166,7 +167,7 @@ class DeepSpeedFormat:
     def __init__(self, strategy):
         self.strategy = strategy
 
-    def stage(self, models, optimizers, copy: StagingBuffers | None) -> Staged:
+    def stage(self, models, optimizers, copy: StagingBuffers | None, background: bool) -> Staged:
         def write(folder: Path, files) -> None:
             self.strategy.engine.save_checkpoint(str(folder / self.folder), tag=self.tag, save_latest=False)
             files.claim(f"{self.folder}/{self.tag}/*zero_pp_rank_{self.strategy.state.env.rank}_*")

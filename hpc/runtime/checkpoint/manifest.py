@@ -10,6 +10,7 @@ import json
 import os
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 NAME = "manifest.json"
@@ -62,17 +63,23 @@ def read(folder: Path) -> dict | None:
     return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None
 
 
-def verify(folder: Path, files: dict[str, dict], names: list[str] | None = None) -> str | None:
-    """None when the named files (all by default) match; otherwise what is wrong, in one line."""
-    for name in names if names is not None else sorted(files):
-        want = files[name]
-        path = folder / name
-        if not path.is_file():
-            return f"{path}: missing (the manifest lists it)"
-        size = path.stat().st_size
-        if size != want["size"]:
-            return f"{path}: {size} bytes, the manifest says {want['size']} (truncated or replaced)"
-        _, crc = crc_file(path)
-        if crc != want["crc32"]:
-            return f"{path}: checksum {crc} does not match the manifest's {want['crc32']} (the file is corrupt)"
+def _check(folder: Path, name: str, want: dict) -> str | None:
+    path = folder / name
+    if not path.is_file():
+        return f"{path}: missing (the manifest lists it)"
+    size = path.stat().st_size
+    if size != want["size"]:
+        return f"{path}: {size} bytes, the manifest says {want['size']} (truncated or replaced)"
+    _, crc = crc_file(path)
+    if crc != want["crc32"]:
+        return f"{path}: checksum {crc} does not match the manifest's {want['crc32']} (the file is corrupt)"
     return None
+
+
+def verify(folder: Path, files: dict[str, dict], names: list[str] | None = None) -> str | None:
+    """None when the named files (all by default) match; otherwise what is wrong, in one line.
+    Files are checked on several threads (the CRC releases the GIL)."""
+    names = sorted(files) if names is None else names
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(names), os.cpu_count() or 1))) as pool:
+        problems = list(pool.map(lambda name: _check(folder, name, files[name]), names))
+    return next((p for p in problems if p), None)
