@@ -103,6 +103,20 @@ class _WithRendezvous:
         export_from_submitit()
         return self.fn(*args, **kwargs)
 
+    def checkpoint(self, *args, **kwargs):
+        """submitit's Checkpointable hook, called when its signal lands before the training loop took the
+        signal over (or in a function without an Accelerator): run the same call again after the requeue.
+        An Accelerator with auto_resume continues from its newest checkpoint. A function with a checkpoint()
+        of its own decides."""
+        import submitit
+
+        if callable(getattr(self.fn, "checkpoint", None)):
+            again = self.fn.checkpoint(*args, **kwargs)
+            if again is not None:
+                again.function = _WithRendezvous(again.function)
+            return again
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
 
 def _effective(profile: str | None, keys: dict) -> Effective:
     layers = [precedence.env_layer(), precedence.api_layer(keys)]

@@ -35,8 +35,8 @@ class LossLog:
         self.rows = list(state["rows"])
 
 
-def main():
-    spec = json.loads(sys.argv[1])
+def train(spec: dict) -> None:
+    """One rank's training (also submitted as a function through submitit)."""
     extra = {"fsdp_plugin": FullyShardedDataParallelPlugin()} if spec.get("strategy") == "fsdp" else {}
     if spec.get("strategy") == "deepspeed":
         extra["deepspeed_plugin"] = {"zero_stage": spec.get("zero_stage", 2)}
@@ -89,6 +89,10 @@ def main():
         torch.save({"losses": [r[:2] for r in log.rows], "attempts": sorted({tuple(r[2]) for r in log.rows}),
                     "weights": weights}, spec["out"])
     acc.end_training()
+
+
+def main():
+    train(json.loads(sys.argv[1]))
 
 
 if __name__ == "__main__":

@@ -54,3 +54,27 @@ def test_function_on_two_slurm_nodes(project, slurm):
     assert [r["host"] for r in results] == ["node1", "node1", "node2", "node2"]
     assert {r["MASTER_ADDR"] for r in results} == {"node1"} and {r["WORLD_SIZE"] for r in results} == {"4"}
     assert {int(r["MASTER_PORT"]) for r in results} == {int(job.id) % 4536 + 61000}
+
+
+class _OwnCheckpoint:
+    def __call__(self, x):
+        return x
+
+    def checkpoint(self, x):
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, x + 1)
+
+
+def test_function_jobs_are_checkpointable_so_submitit_requeues_them():
+    """submitit requeues (instead of failing at its time-limit signal) only what has checkpoint(): the same
+    call again, or what the user's own checkpoint() returns, still wrapped for the rendezvous."""
+    from hpc.api import _WithRendezvous
+
+    plain = _WithRendezvous(where_am_i)
+    again = plain.checkpoint(5)
+    assert again.function is plain and again.args == (5,)
+    own = _WithRendezvous(_OwnCheckpoint())
+    again = own.checkpoint(5)
+    assert isinstance(again.function, _WithRendezvous) and isinstance(again.function.fn, _OwnCheckpoint)
+    assert again.args == (6,)

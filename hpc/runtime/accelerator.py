@@ -388,9 +388,10 @@ class Accelerator:
         return ResumeInfo(folder, self._completed_steps, int(first["epoch"]), int(first["position"]))
 
     def _requeue_signals(self) -> list[str]:
-        names = [self._preemption.get("signal", "USR1")]
-        if os.environ.get("SUBMITIT_EXECUTOR") is None:  # submitit handles USR2 itself (Checkpointable)
-            names.append("USR2")
+        # submitit asks for USR2 before the limit; its own handler would requeue at once, mid-step: once the
+        # loop checks should_stop, hpc's handler takes USR2 over and stops at a step boundary with a checkpoint
+        first = "USR2" if os.environ.get("SUBMITIT_EXECUTOR") else self._preemption.get("signal", "USR1")
+        names = dict.fromkeys([first, self._preemption.get("signal", "USR1"), "USR2"])
         return [n for n in names if n not in ("TERM", "INT")]
 
     @property

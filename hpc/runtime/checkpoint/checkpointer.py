@@ -162,7 +162,7 @@ class Checkpointer:
         fileset.clear_sums(folder, self.world)
         self.last_committed = folder
         if purge and folder.parent == self.store.root:
-            self.store.purge()
+            self.store.purge(background=True)
 
     # --- loading ------------------------------------------------------------------------------------
     def _damage(self, folder: Path) -> str | None:

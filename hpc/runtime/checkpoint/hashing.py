@@ -1,7 +1,7 @@
 """A write-through file that computes its CRC-32 on another thread while each large buffer is written.
 
 Checksumming after the write would read every byte twice; hashing in line would add ~40% to a save.
-zlib releases the GIL for large buffers, so the hash of a buffer runs beside its write (no copy: write
+The CRC releases the GIL for large buffers, so the hash of a buffer runs beside its write (no copy: write
 returns only when both are done), and a save costs about what a plain torch.save does.
 """
 
@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import queue
 import threading
-import zlib
 from pathlib import Path
+
+from hpc.runtime.checkpoint.crc import crc32
 
 _PARALLEL = 1 << 20  # smaller writes are hashed in line: a thread hand-off costs more than the hash
 
@@ -28,14 +29,14 @@ class HashingWriter:
 
     def _hash(self) -> None:
         while (view := self._jobs.get()) is not None:
-            self._crc = zlib.crc32(view, self._crc)
+            self._crc = crc32(view, self._crc)
             self._done.put(None)
 
     def write(self, data) -> int:
         view = memoryview(data).cast("B")
         n = len(view)
         if n < _PARALLEL:
-            self._crc = zlib.crc32(view, self._crc)
+            self._crc = crc32(view, self._crc)
             self._file.write(view)
         else:
             self._jobs.put(view)

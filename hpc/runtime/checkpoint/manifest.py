@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import os
 import time
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from hpc.runtime.checkpoint.crc import crc32
 
 NAME = "manifest.json"
 VERSION = 1
@@ -19,11 +20,11 @@ _CHUNK = 8 << 20
 
 
 def crc_file(path: Path) -> tuple[int, str]:
-    """(size, crc32 hex) of a file, read in chunks (zlib releases the GIL for them)."""
+    """(size, crc32 hex) of a file, read in chunks (the CRC releases the GIL for them)."""
     crc, size = 0, 0
     with open(path, "rb", buffering=0) as f:
         while chunk := f.read(_CHUNK):
-            crc = zlib.crc32(chunk, crc)
+            crc = crc32(chunk, crc)
             size += len(chunk)
     return size, f"{crc:08x}"
 
