@@ -40,5 +40,5 @@ PY
 done
 
 # 3. checkpoint cost with the training state in GPU memory
-$py scripts/bench/checkpoint.py --device cuda --gib "${GIB:-1}" --repeat 3 --crash-trials 0 2>&1 | grep -v -i warn
+$py scripts/bench/checkpoint.py --device cuda --gib "${GIB:-1}" --repeat 9 --crash-trials 0 2>&1 | grep -v -i warn
 rm -rf "$work"
