@@ -132,10 +132,14 @@ def crash_trials(n: int, work: Path) -> list[list]:
         elif manifest.verify(committed[0].path, committed[0].manifest["files"]) is not None:
             bad += 1
         shutil.rmtree(project, ignore_errors=True)
-        print(f"\rcrash trials: {trial + 1}/{n}", end="", file=sys.stderr, flush=True)
+        if sys.stderr.isatty():
+            print(f"\rcrash trials: {trial + 1}/{n}", end="", file=sys.stderr, flush=True)
+        elif (trial + 1) % 10 == 0 or trial + 1 == n:
+            print(f"crash trials: {trial + 1}/{n}", file=sys.stderr, flush=True)
     saver.stdin.close()
     saver.wait()
-    print(file=sys.stderr)
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
     return [["SIGKILL trials", n], ["  killed inside a save (partial folder left)", partial],
             ["  no checkpoint committed yet", empty], ["  newest committed failed to verify", bad]]
 
