@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shlex
@@ -92,15 +93,21 @@ class FunctionJob:
 
 
 class _WithRendezvous:
-    """Picklable wrapper: set the rendezvous variables in each task, then call the user's function."""
+    """Picklable wrapper: set the rendezvous variables in each task (and the job's runtime settings, as a
+    script job has them: preemption, precision, strategy), then call the user's function."""
 
-    def __init__(self, fn: Callable):
-        self.fn = fn
+    def __init__(self, fn: Callable, runtime_config: str | None = None):
+        self.fn, self.runtime_config = fn, runtime_config
 
     def __call__(self, *args, **kwargs):
+        import os
+
+        from hpc.render import RUNTIME_CONFIG_ENV
         from hpc.rendezvous import export_from_submitit
 
         export_from_submitit()
+        if self.runtime_config:
+            os.environ.setdefault(RUNTIME_CONFIG_ENV, self.runtime_config)
         return self.fn(*args, **kwargs)
 
     def checkpoint(self, *args, **kwargs):
@@ -113,7 +120,7 @@ class _WithRendezvous:
         if callable(getattr(self.fn, "checkpoint", None)):
             again = self.fn.checkpoint(*args, **kwargs)
             if again is not None:
-                again.function = _WithRendezvous(again.function)
+                again.function = _WithRendezvous(again.function, self.runtime_config)
             return again
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
@@ -152,7 +159,7 @@ def _submit_function(fn: Callable, args: tuple, profile: str | None, keys: dict)
     import submitit
 
     from hpc import jobs
-    from hpc.render import dependency, gpu_request
+    from hpc.render import dependency, gpu_request, runtime_config
     from hpc.slurm import formats
 
     name = re.sub(r"[^A-Za-z0-9._+-]", "-", getattr(fn, "__name__", "function")).strip("-._+") or "function"
@@ -181,4 +188,6 @@ def _submit_function(fn: Callable, args: tuple, profile: str | None, keys: dict)
         if job.after:
             params["dependency"] = dependency(job)
         executor.update_parameters(**{k: v for k, v in params.items() if v not in (None, [], "")})
-    return FunctionJob(executor.submit(_WithRendezvous(fn), *args))
+    runtime = job_dir / "runtime.json"
+    runtime.write_text(json.dumps(runtime_config(effective), indent=2) + "\n")
+    return FunctionJob(executor.submit(_WithRendezvous(fn, str(runtime)), *args))

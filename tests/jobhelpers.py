@@ -68,5 +68,5 @@ def where_am_i(x):
     """A function job: reports the rendezvous it sees (runs inside submitit tasks)."""
     import socket
 
-    keys = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"]
+    keys = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "HPC_RUNTIME_CONFIG"]
     return {"x": x, "host": socket.gethostname(), **{k: os.environ.get(k) for k in keys}}

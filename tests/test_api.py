@@ -1,5 +1,6 @@
 """`hpc.submit()` from Python: scripts and functions, on the local profile and on the real SLURM."""
 
+import json
 import os
 from pathlib import Path
 
@@ -44,6 +45,8 @@ def test_function_on_the_local_profile(project):
     assert [r["RANK"] for r in results] == ["0", "1"]
     assert {(r["WORLD_SIZE"], r["MASTER_ADDR"], r["x"]) for r in results} == {("2", "127.0.0.1", 7)}
     assert len({r["MASTER_PORT"] for r in results}) == 1
+    runtime = json.loads(Path(results[0]["HPC_RUNTIME_CONFIG"]).read_text())  # settings, as script jobs get them
+    assert runtime["profile"] == "local" and runtime["nproc_per_node"] == 2
 
 
 @pytest.mark.slurm
