@@ -174,7 +174,9 @@ def test_elastic_torchrun_restarts_a_crashed_group_from_the_newest_checkpoint(pr
                                              "--max-restarts", "1", "--time", "5"])
     _drive([job], timeout=300)
     done = _finish(project, job, _straight_results(project, runs)["elastic"])
-    assert done["result"]["attempts"] == [(0, 0), (0, 1)]  # no requeue; one restart of the worker group
+    # no requeue: torchrun restarted the group. (The restart count a worker sees is its own agent's: an agent
+    # that restarts only because the other node rejoined counts 0, so it says nothing about the group.)
+    assert {requeues for requeues, _ in done["result"]["attempts"]} == {0}
     assert "planned crash at step 7" in done["logs"] and "checkpoints/step-4 (step 4)" in done["logs"]
 
 

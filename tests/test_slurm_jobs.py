@@ -22,7 +22,8 @@ def project(slurm, tmp_path):
 
 @pytest.fixture(scope="module")
 def timeout_job(slurm, tmp_path_factory):
-    """Started first: SLURM's shortest limit is a minute, so this job ends while the others run."""
+    """Started by the first test that needs one CPU per node: SLURM's shortest limit is a minute, and a job
+    holding a CPU would make the 2-node tests that fill both nodes wait for it."""
     project = make_project(tmp_path_factory.mktemp("timeout"))
     info = submit(project, "-p", "slurm-local", "--ntasks-per-node", "1", "--time", "1", "dump.py",
                   env={"SLEEP": "600"})
@@ -35,7 +36,7 @@ def wait_ok(project, job_id, code=0, timeout=180):
     return proc
 
 
-def test_two_node_srun_job_has_four_ranks_on_two_hosts(project, timeout_job):
+def test_two_node_srun_job_has_four_ranks_on_two_hosts(project):
     info = submit(project, "-p", "slurm-local", "-N", "2", "dump.py", "--", "it's", "$HOME")
     wait_ok(project, info["job_id"])
     ranks = dumps(project)
@@ -60,7 +61,7 @@ def test_torchrun_two_nodes_two_processes_all_reduce(project):
     assert {line.split("host=")[1].split()[0] for line in out.splitlines() if "host=" in line} == {"node1", "node2"}
 
 
-def test_sweep_is_one_array_job_with_overrides_per_task(project):
+def test_sweep_is_one_array_job_with_overrides_per_task(project, timeout_job):
     (project / "sweep.yaml").write_text("grid:\n  lr: [0.1, 0.01, 0.001, 0.0001]\n  batch: [16, 32]\n")
     info = submit(project, "-p", "slurm-local", "--ntasks-per-node", "1", "--sweep", "sweep.yaml",
                   "dump.py", "--", "--epochs", "1")

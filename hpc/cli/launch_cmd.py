@@ -65,6 +65,8 @@ def launch(nproc, launcher, elastic, max_restarts, as_module, target, args):
     in_slurm_step = "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ
     started = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if launcher == "torchrun" and in_slurm_step and not started:
+        # a store of the workers' own each round (see job_templates/torchrun.sbatch.j2)
+        os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
         _exec(_torchrun_argv(hpc_env.detect(), nproc or 1, elastic, max_restarts, as_module, target, args))
     if nproc and nproc > 1 and not in_slurm_step and not started:
         _exec(_local_processes(nproc, as_module, target, args))

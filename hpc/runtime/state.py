@@ -41,9 +41,11 @@ class ProcessState:
 
 
 def _restart_store(env) -> dict:
-    """torchrun keeps one store for all restarts of the worker group, and the process group's keys carry no
-    round: a restarted group would read the dead group's addresses and fail to connect. A prefix per restart
-    keeps each round's keys apart."""
+    """With the agents' shared store (a torchrun not started by hpc: hpc's launches set
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1), the process group's keys carry no round and a restarted group
+    would read the dead group's addresses. A prefix per restart count keeps rounds apart when every agent
+    restarted for a failure; an agent that restarted only because another node rejoined counts differently,
+    which is why hpc's own launches avoid the shared store altogether."""
     if env.launcher != "torchrun" or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return {}
     store = dist.TCPStore(env.master_addr, env.master_port, env.world_size, is_master=False,
