@@ -235,3 +235,43 @@ def test_deepspeed_zero2_crash_and_resume_matches_the_straight_run_and_merges(tm
     assert merged.keys() == b["weights"].keys()
     for name, tensor in b["weights"].items():  # the fp32 master weights: what the engine trained
         assert torch.equal(merged[name], tensor.float()), name
+
+
+def _local_script_process(job_dir: Path, timeout: float = 60):
+    """The running job.sh of a local job (under the recording wrapper and, with a limit, `timeout`)."""
+    import psutil
+
+    script, deadline = str(job_dir / "job.sh"), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in psutil.process_iter(["cmdline"]):
+            cmd = proc.info["cmdline"] or []
+            if len(cmd) == 2 and cmd[0].endswith("bash") and cmd[1] in (script, "job.sh"):
+                return proc
+        time.sleep(0.2)
+    raise AssertionError(f"no process runs {script}")
+
+
+def test_the_local_profile_requeues_by_starting_its_processes_again(tmp_path):
+    """The warning signal on the local profile: checkpoint at the step boundary, the script runs the ranks
+    again (HPC_RESTART_COUNT=1), they resume; the same losses and weights as a straight run."""
+    import shutil
+
+    from tests.jobhelpers import hpc, submit
+
+    shutil.copy(RESUME, tmp_path)
+    spec = {"strategy": "ddp", "steps": 16, "save_every": 4}
+    _launch(tmp_path, {**spec, "project": str(tmp_path / "a"), "out": str(tmp_path / "a.pt")}, nproc=2)
+    run = {**spec, "sleep": 0.3, "project": str(tmp_path / "b"), "out": str(tmp_path / "b.pt")}
+    info = submit(tmp_path, "-p", "local", "--nproc", "2", "resume_worker.py", "--", json.dumps(run))
+    script = _local_script_process(Path(info["job_dir"]))
+    progress, deadline = tmp_path / "b" / "progress", time.monotonic() + 120
+    while not (progress.exists() and int(progress.read_text() or 0) >= 5):
+        assert time.monotonic() < deadline and not (tmp_path / "b.pt").exists(), "it ended before the signal"
+        time.sleep(0.1)
+    script.send_signal(signal.SIGUSR1)
+    assert hpc(tmp_path, "wait", info["job_id"], timeout=180).returncode == 0
+    straight, result = _result(tmp_path / "a.pt"), _result(tmp_path / "b.pt")
+    assert_same_run(straight, result)
+    assert [a[0] for a in result["attempts"]] == [0, 1]
+    logs = hpc(tmp_path, "logs", "--all", info["job_id"], check=True).stdout
+    assert "stop requested (USR1)" in logs and "starting the processes again (round 1)" in logs, logs[-3000:]
