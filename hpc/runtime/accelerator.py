@@ -400,7 +400,7 @@ class Accelerator:
         self._watch.install(term=True)  # from here on TERM is handled too: the loop checks for it
         code = self._watch.local_code()
         if self.state.distributed:
-            flag = torch.tensor([code], device=self.device if self.state.backend == "nccl" else "cpu")
+            flag = self._flag(code)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             code = int(flag.item())
         if code and not self._stop_code:  # what stopped us, fixed now: signals that follow (SLURM's TERM
@@ -419,8 +419,8 @@ class Accelerator:
         requeued = False
         if self._stop_code == preemption.REQUEUE:
             if self.is_main_process:
-                said = preemption.requeue(int(self._preemption.get("max_requeues", 3)), os.environ.get("HPC_JOB_DIR"))
-                requeued = said.startswith(("requeued", "the local job"))
+                requeued, said = preemption.requeue(int(self._preemption.get("max_requeues", 3)),
+                                                    os.environ.get("HPC_JOB_DIR"))
                 preemption.log(f"stop requested ({self._stop_reason}): saved {folder}; {said}")
             requeued = bool(self._broadcast_flag(requeued))
         elif self.is_main_process:
@@ -429,10 +429,14 @@ class Accelerator:
         sys.exit(0 if requeued else 128 + (signal.SIGTERM if self._stop_code == preemption.STOP
                                            else getattr(signal, f"SIG{self._watch.requeue_signals[0]}")))
 
+    def _flag(self, value: int) -> torch.Tensor:
+        """A one-element tensor where the backend can send it (NCCL: on the GPU)."""
+        return torch.tensor([value], device=self.device if self.state.backend == "nccl" else "cpu")
+
     def _broadcast_flag(self, value: bool) -> bool:
         if not self.state.distributed:
             return value
-        flag = torch.tensor([int(value)], device=self.device if self.state.backend == "nccl" else "cpu")
+        flag = self._flag(int(value))
         dist.broadcast(flag, src=0)
         return bool(flag.item())
 

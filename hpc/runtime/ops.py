@@ -16,6 +16,15 @@ def _map(fn, data):
     return data
 
 
+def gather_object(obj, world: int) -> list:
+    """Every rank's picklable object, by rank (just [obj] without a process group)."""
+    if world <= 1 or not dist.is_initialized():
+        return [obj]
+    out: list = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def gather(data, world: int):
     """Every rank's tensors, concatenated along dim 0 (rank 0's first). Shapes must agree but in dim 0."""
     if world == 1:

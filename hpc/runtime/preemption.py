@@ -87,21 +87,21 @@ def requeue_count() -> int:
     return int(os.environ.get("SLURM_RESTART_COUNT") or os.environ.get("HPC_RESTART_COUNT") or 0)
 
 
-def requeue(max_requeues: int, job_dir: str | None) -> str:
-    """Ask for this job to run again; returns what happened, in words, for the log."""
+def requeue(max_requeues: int, job_dir: str | None) -> tuple[bool, str]:
+    """Ask for this job to run again; returns whether it will, and what happened in words for the log."""
     if requeue_count() >= max_requeues:
-        return f"not requeued: it has been requeued {requeue_count()} times (max_requeues={max_requeues})"
+        return False, f"not requeued: it has been requeued {requeue_count()} times (max_requeues={max_requeues})"
     if os.environ.get("SLURM_JOB_ID") and os.environ.get("SUBMITIT_EXECUTOR") != "local":
         array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
         target = f"{array}_{task}" if array and task else os.environ["SLURM_JOB_ID"]
         done = subprocess.run(["scontrol", "requeue", target], capture_output=True, text=True)
         if done.returncode != 0:
-            return f"scontrol requeue {target} failed: {(done.stderr or done.stdout).strip()}"
-        return f"requeued SLURM job {target}"
+            return False, f"scontrol requeue {target} failed: {(done.stderr or done.stdout).strip()}"
+        return True, f"requeued SLURM job {target}"
     if job_dir:  # the local profile's script runs the processes again when it finds this file
         (Path(job_dir) / "requeue").write_text(f"{time.time()}\n")
-        return "the local job will restart its processes"
-    return "not requeued: no scheduler and no job folder (started by hand)"
+        return True, "the local job will restart its processes"
+    return False, "not requeued: no scheduler and no job folder (started by hand)"
 
 
 def log(message: str) -> None:

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from hpc.errors import HpcError
+from hpc.runtime import ops
 from hpc.runtime.checkpoint import fileset, manifest
 from hpc.runtime.checkpoint.fileset import FileSet
 from hpc.runtime.checkpoint.formats import StagingBuffers
@@ -57,7 +57,6 @@ class Checkpointer:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._staging = StagingBuffers()  # reused by every background save (one is in flight at a time)
-        self.last_committed: Path | None = None
 
     @property
     def rank(self) -> int:
@@ -67,19 +66,11 @@ class Checkpointer:
     def world(self) -> int:
         return self.acc.num_processes
 
-    def _collective(self) -> bool:
-        return self.world > 1 and dist.is_available() and dist.is_initialized()
-
     def _barrier(self) -> None:
-        if self._collective():
-            dist.barrier()
+        self.acc.wait_for_everyone()
 
     def _all_gather(self, obj) -> list:
-        if not self._collective():
-            return [obj]
-        out: list = [None] * self.world
-        dist.all_gather_object(out, obj)
-        return out
+        return ops.gather_object(obj, self.world)
 
     # --- saving -------------------------------------------------------------------------------------
     def wait(self) -> None:
@@ -160,7 +151,6 @@ class Checkpointer:
         manifest.commit(folder, files, {"world_size": self.world, "format": self.format.name, **meta},
                         fsync=self.fsync)
         fileset.clear_sums(folder, self.world)
-        self.last_committed = folder
         if purge and folder.parent == self.store.root:
             self.store.purge(background=True)
 

@@ -38,8 +38,7 @@ class FileSet:
             for path in sorted(self.folder.glob(pattern)):
                 name = path.relative_to(self.folder).as_posix()
                 if path.is_file() and name not in self.sums:
-                    size, crc = manifest.crc_file(path)
-                    self.sums[name] = {"size": size, "crc32": crc}
+                    self.sums[name] = manifest.file_entry(path)
         out = self.folder / f"{SUMS_PREFIX}{self.rank}.json"
         manifest.write_json_atomic(out, self.sums, fsync=self.fsync)
         return out
@@ -60,8 +59,7 @@ def collect(folder: Path, world: int) -> dict[str, dict] | None:
             name = path.relative_to(folder).as_posix()
             if name in files or filename.startswith(SUMS_PREFIX) or ".tmp" in filename or name == manifest.NAME:
                 continue
-            size, crc = manifest.crc_file(path)
-            files[name] = {"size": size, "crc32": crc}
+            files[name] = manifest.file_entry(path)
     return files
 
 

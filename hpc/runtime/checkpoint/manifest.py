@@ -19,14 +19,14 @@ VERSION = 1
 _CHUNK = 8 << 20
 
 
-def crc_file(path: Path) -> tuple[int, str]:
-    """(size, crc32 hex) of a file, read in chunks (the CRC releases the GIL for them)."""
+def file_entry(path: Path) -> dict:
+    """A file's manifest entry: size and CRC-32 (hex), read in chunks (the CRC releases the GIL for them)."""
     crc, size = 0, 0
     with open(path, "rb", buffering=0) as f:
         while chunk := f.read(_CHUNK):
             crc = crc32(chunk, crc)
             size += len(chunk)
-    return size, f"{crc:08x}"
+    return {"size": size, "crc32": f"{crc:08x}"}
 
 
 def fsync_dir(path: Path) -> None:
@@ -71,7 +71,7 @@ def _check(folder: Path, name: str, want: dict) -> str | None:
     size = path.stat().st_size
     if size != want["size"]:
         return f"{path}: {size} bytes, the manifest says {want['size']} (truncated or replaced)"
-    _, crc = crc_file(path)
+    crc = file_entry(path)["crc32"]
     if crc != want["crc32"]:
         return f"{path}: checksum {crc} does not match the manifest's {want['crc32']} (the file is corrupt)"
     return None
