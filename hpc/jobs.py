@@ -63,6 +63,16 @@ class JobRecord:
     def marked(self, name: str) -> bool:
         return (self.dir / name).exists()
 
+    def lost_nodes(self) -> list[str]:
+        """Nodes the job script saw die under this job (tasks/<task>.lost_nodes, a line per loss)."""
+        names = set()
+        for path in (self.dir / "tasks").glob("*.lost_nodes"):
+            try:
+                names.update(",".join(path.read_text().split()).split(","))
+            except OSError:
+                continue
+        return sorted(n for n in names if n)
+
 
 def new_job_dir(output_dir: str, name: str) -> Path:
     """A fresh folder; mkdir without exist_ok, so two submissions never share one."""

@@ -217,6 +217,11 @@ def _hostfile(job: JobSpec, profile: ClusterProfile, env: jinja2.Environment) ->
     return env.get_template(f"hostfile.{profile.hostfile_format}.j2").render(hosts=hosts, slots=job.nproc_per_node)
 
 
+# After a task fails, how long the others get to end before the nodes with no ending are taken for lost: longer
+# than SLURM's KillWait (30 s on most sites) would be needed only if ending took that long; a dead node never ends.
+LOST_NODE_AFTER_S = 30
+
+
 def runtime_config(effective: Effective) -> dict:
     """What the job's processes read back (contract 2): one file named by HPC_RUNTIME_CONFIG."""
     job, profile = effective.job, effective.profile
@@ -283,6 +288,11 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         "runtime_config_env": RUNTIME_CONFIG_ENV,
         "world_size": job.nodes * job.nproc_per_node,
         "container": profile.container,
+        # The task's shell outlives a TERM (trapped, so the program still gets the default) to note how the
+        # program ended: a node that dies notes nothing, which is how the batch script tells it is lost.
+        "run_and_note_end": ('trap : TERM INT; "$@"; rc=$?; '
+                             'echo "$rc" > "$HPC_JOB_DIR/tasks/$HPC_TASK.end.$SLURMD_NODENAME.$SLURM_PROCID"; exit "$rc"'),
+        "lost_node_after": LOST_NODE_AFTER_S,
     }
     script = template.render(**context).rstrip("\n") + "\n"
     return SbatchRequest(script=script, script_name=SCRIPT_NAME[profile.scheduler], template=name,

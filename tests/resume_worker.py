@@ -4,7 +4,8 @@
 
 SPEC keys: project (checkpoint folder parent), out (result file), strategy ("ddp" | "fsdp" | "deepspeed"),
 steps (optimizer steps in all), k (accumulation), save_every, async (background saves), sleep (seconds per
-step: room for a signal to arrive), crash_at (raise at that step on the first attempt), crash_rank (only that
+step: room for a signal to arrive), hide_slurm (the rank cannot run SLURM's commands, as in a container
+without them), crash_at (raise at that step on the first attempt), crash_rank (only that
 rank crashes; the others go on into the next collective), world_kill (SIGKILL instead of raising). The loop has no resume logic of its own beyond `auto_resume`: a restarted job
 continues from the newest checkpoint, mid-epoch, with the loss log restored alongside the weights. Rank 0
 writes `progress` (the step reached, for tests that interrupt at the right moment) and, at the end, the
@@ -14,6 +15,7 @@ per-step losses and the final weights.
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -37,6 +39,8 @@ class LossLog:
 
 def train(spec: dict) -> None:
     """One rank's training (also submitted as a function through submitit)."""
+    if spec.get("hide_slurm"):
+        os.environ["PATH"] = os.path.dirname(sys.executable)  # no scontrol, squeue, ... from here on
     extra = {"fsdp_plugin": FullyShardedDataParallelPlugin()} if spec.get("strategy") == "fsdp" else {}
     if spec.get("strategy") == "deepspeed":
         extra["deepspeed_plugin"] = {"zero_stage": spec.get("zero_stage", 2)}
@@ -58,6 +62,7 @@ def train(spec: dict) -> None:
     progress.parent.mkdir(parents=True, exist_ok=True)
     attempt = [preemption.requeue_count(), acc.state.env.restart_count]  # (requeues, elastic restarts)
     first_attempt = attempt == [0, 0]
+    Path(spec["project"], f"host-a{attempt[0]}-r{acc.process_index}").write_text(socket.gethostname())
     while acc.completed_steps < total:
         for xb, yb in loader:
             with acc.accumulate():

@@ -17,7 +17,8 @@ def _describe(record, tasks) -> dict:
     return {"job_id": record.job_id, "name": record.name, "profile": record.profile, "state": overall,
             "exit_code": code, "tasks": {t: {"state": s.state, "exit_code": s.exit_code, "reason": s.reason}
                                          for t, s in tasks.items()},
-            "counts": counts, "job_dir": record.job_dir, "submitted_at": record.submitted_at}
+            "counts": counts, "job_dir": record.job_dir, "submitted_at": record.submitted_at,
+            "lost_nodes": record.lost_nodes()}
 
 
 def _counts_text(counts: dict) -> str:
@@ -41,6 +42,8 @@ def status(job, as_json):
     click.echo(f"{record.job_id}  {record.name}  {record.profile}  {info['state']}{code}")
     if record.array is not None:
         click.echo(f"  {len(info['tasks'])} tasks: {_counts_text(info['counts'])}")
+    if info["lost_nodes"]:
+        click.echo(f"  lost node(s): {', '.join(info['lost_nodes'])} (later attempts exclude them)")
     click.echo(f"  {record.job_dir}")
 
 

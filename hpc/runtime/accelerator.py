@@ -417,14 +417,16 @@ class Accelerator:
             return
         folder = self.save_state(async_save=False)
         requeued = False
-        if self._stop_code == preemption.REQUEUE:
-            if self.is_main_process:
-                requeued, said = preemption.requeue(int(self._preemption.get("max_requeues", 3)),
-                                                    os.environ.get("HPC_JOB_DIR"))
-                preemption.log(f"stop requested ({self._stop_reason}): saved {folder}; {said}")
-            requeued = bool(self._broadcast_flag(requeued))
-        elif self.is_main_process:
-            preemption.log(f"stop requested ({self._stop_reason}): saved {folder}; exiting")
+        if self.is_main_process:
+            # TERM is a cancel unless SLURM preempted the job; hpc's job script finds that out itself after the
+            # step, from the host, but a submitit function has no such script around it
+            asked = self._stop_code == preemption.REQUEUE or (
+                not os.environ.get("HPC_REQUEUE_FILE") and preemption.preempted())
+            said = "exiting"
+            if asked:
+                requeued, said = preemption.requeue(int(self._preemption.get("max_requeues", 3)), self._stop_reason)
+            preemption.log(f"stop requested ({self._stop_reason}): saved {folder}; {said}")
+        requeued = bool(self._broadcast_flag(requeued))
         self.end_training()
         sys.exit(0 if requeued else 128 + (signal.SIGTERM if self._stop_code == preemption.STOP
                                            else getattr(signal, f"SIG{self._watch.requeue_signals[0]}")))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -87,21 +86,42 @@ def requeue_count() -> int:
     return int(os.environ.get("SLURM_RESTART_COUNT") or os.environ.get("HPC_RESTART_COUNT") or 0)
 
 
-def requeue(max_requeues: int, job_dir: str | None) -> tuple[bool, str]:
+def requeue(max_requeues: int, why: str) -> tuple[bool, str]:
     """Ask for this job to run again; returns whether it will, and what happened in words for the log."""
     if requeue_count() >= max_requeues:
         return False, f"not requeued: it has been requeued {requeue_count()} times (max_requeues={max_requeues})"
-    if os.environ.get("SLURM_JOB_ID") and os.environ.get("SUBMITIT_EXECUTOR") != "local":
-        array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-        target = f"{array}_{task}" if array and task else os.environ["SLURM_JOB_ID"]
-        done = subprocess.run(["scontrol", "requeue", target], capture_output=True, text=True)
-        if done.returncode != 0:
-            return False, f"scontrol requeue {target} failed: {(done.stderr or done.stdout).strip()}"
+    asked = os.environ.get("HPC_REQUEUE_FILE")
+    if asked:  # hpc's job script (SLURM or local) requeues once the ranks have exited, from outside any container
+        Path(asked).write_text(why + "\n")
+        return True, "the job script will requeue it"
+    target = _slurm_target()
+    if target:  # a submitit function: no script of ours around the ranks, so this rank asks SLURM itself
+        from hpc.errors import HpcError
+        from hpc.slurm.commands import Slurm
+
+        try:
+            Slurm().requeue(target)
+        except HpcError as err:
+            return False, str(err)
         return True, f"requeued SLURM job {target}"
-    if job_dir:  # the local profile's script runs the processes again when it finds this file
-        (Path(job_dir) / "requeue").write_text(f"{time.time()}\n")
-        return True, "the local job will restart its processes"
-    return False, "not requeued: no scheduler and no job folder (started by hand)"
+    return False, "not requeued: no scheduler and no job script (started by hand)"
+
+
+def preempted() -> bool:
+    """Whether SLURM chose this job for preemption: its TERM then means "make room", not "cancel"."""
+    target = _slurm_target()
+    if not target:
+        return False
+    from hpc.slurm.commands import Slurm
+
+    return Slurm().preempted(target)
+
+
+def _slurm_target() -> str | None:
+    if not os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_EXECUTOR") == "local":
+        return None
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else os.environ["SLURM_JOB_ID"]
 
 
 def log(message: str) -> None:

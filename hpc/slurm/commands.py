@@ -102,6 +102,12 @@ class Slurm:
     def requeue(self, job_id: str) -> None:
         self._ok(["scontrol", "requeue", job_id])
 
+    def preempted(self, job_id: str) -> bool:
+        """Whether a running job was chosen for preemption (``PreemptTime`` set; SLURM 20.11+)."""
+        proc = self.run(["scontrol", "show", "job", "-o", job_id])
+        fields = dict(item.split("=", 1) for item in proc.stdout.split() if "=" in item) if proc.returncode == 0 else {}
+        return fields.get("JobState") == "RUNNING" and fields.get("PreemptTime", "None") not in ("None", "Unknown")
+
     def partition(self, name: str | None) -> dict[str, str] | None:
         """``scontrol show partition NAME -o`` as a dict (the default partition when NAME is None)."""
         proc = self.run(["scontrol", "show", "partition", "-o"] + ([name] if name else []))

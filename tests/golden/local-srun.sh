@@ -9,7 +9,7 @@ export MASTER_ADDR=127.0.0.1
 export MASTER_PORT="${MASTER_PORT:-$(( $$ % 4536 + 61000 ))}"
 # A requeue, as on a cluster: a rank that checkpointed on the warning signal leaves $HPC_JOB_DIR/requeue,
 # and the processes run again (HPC_RESTART_COUNT counts the rounds) until none asks for it.
-export HPC_STOP_FILE="$HPC_JOB_DIR/stop" HPC_RESTART_COUNT="${HPC_RESTART_COUNT:-0}"
+export HPC_STOP_FILE="$HPC_JOB_DIR/stop" HPC_REQUEUE_FILE="$HPC_JOB_DIR/requeue" HPC_RESTART_COUNT="${HPC_RESTART_COUNT:-0}"
 export WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 NODE_RANK=0
 pids=()
 stop() { if [ "${#pids[@]}" -gt 0 ]; then kill -"$1" "${pids[@]}" 2>/dev/null || true; fi; }
@@ -17,7 +17,7 @@ trap 'echo USR1 > "$HPC_STOP_FILE" || true; stop USR1' USR1
 trap 'echo TERM > "$HPC_STOP_FILE" || true; stop TERM' TERM
 trap 'echo INT > "$HPC_STOP_FILE" || true; stop INT' INT
 while true; do
-  rm -f "$HPC_JOB_DIR/requeue" "$HPC_STOP_FILE"
+  rm -f "$HPC_REQUEUE_FILE" "$HPC_STOP_FILE"
   # HPC_RANK_LOGS (set by `hpc submit`): one log file per rank instead of this terminal
   for ((rank = 0; rank < 2; rank++)); do
     (
@@ -43,7 +43,7 @@ while true; do
     done
     sleep 0.1
   done
-  [ "$rc" -eq 0 ] && [ -e "$HPC_JOB_DIR/requeue" ] || exit "$rc"
+  [ "$rc" -eq 0 ] && [ -e "$HPC_REQUEUE_FILE" ] || exit "$rc"
   HPC_RESTART_COUNT=$((HPC_RESTART_COUNT + 1))
   echo "hpc: requeued: starting the processes again (round $HPC_RESTART_COUNT)" >&2
 done

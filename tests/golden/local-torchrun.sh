@@ -9,7 +9,7 @@ export MASTER_ADDR=127.0.0.1
 export MASTER_PORT="${MASTER_PORT:-$(( $$ % 4536 + 61000 ))}"
 # A requeue, as on a cluster: a rank that checkpointed on the warning signal leaves $HPC_JOB_DIR/requeue,
 # and the processes run again (HPC_RESTART_COUNT counts the rounds) until none asks for it.
-export HPC_STOP_FILE="$HPC_JOB_DIR/stop" HPC_RESTART_COUNT="${HPC_RESTART_COUNT:-0}"
+export HPC_STOP_FILE="$HPC_JOB_DIR/stop" HPC_REQUEUE_FILE="$HPC_JOB_DIR/requeue" HPC_RESTART_COUNT="${HPC_RESTART_COUNT:-0}"
 # SLURM signals the batch shell (USR1, 120 s before the time limit; TERM on
 # cancel or preemption): note it in HPC_STOP_FILE (read by ranks whose launcher does not pass it on) and hand it
 # to the job step, whose processes checkpoint and stop.
@@ -20,14 +20,14 @@ trap 'echo USR1 > "$HPC_STOP_FILE" || true; if [ -n "$step_pid" ]; then kill -US
 trap 'echo TERM > "$HPC_STOP_FILE" || true; if [ -n "$step_pid" ]; then kill -TERM "$step_pid" 2>/dev/null || true; fi' TERM
 trap 'echo INT > "$HPC_STOP_FILE" || true; if [ -n "$step_pid" ]; then kill -INT "$step_pid" 2>/dev/null || true; fi' INT
 while true; do
-  rm -f "$HPC_JOB_DIR/requeue" "$HPC_STOP_FILE"
+  rm -f "$HPC_REQUEUE_FILE" "$HPC_STOP_FILE"
   /path/to/python -m torch.distributed.run --standalone --nproc_per_node=2 --max_restarts=0 train.py &
 step_pid=$!
   # bash runs a trap only between commands: waiting in a loop lets the forwarded signal through
   while kill -0 "$step_pid" 2>/dev/null; do wait "$step_pid" || true; done
   rc=0
   wait "$step_pid" || rc=$?
-  [ -e "$HPC_JOB_DIR/requeue" ] || exit "$rc"
+  [ -e "$HPC_REQUEUE_FILE" ] || exit "$rc"
   HPC_RESTART_COUNT=$((HPC_RESTART_COUNT + 1))
   echo "hpc: requeued: starting the processes again (round $HPC_RESTART_COUNT)" >&2
 done

@@ -1,0 +1,118 @@
+"""What shared clusters do to running jobs, on the on-machine SLURM (scripts/slurm-local: 3 nodes, partition
+"high" preempts "low" (GraceTime=0: SLURM kills and requeues) and "lowgrace" (GraceTime=30: TERM to the tasks,
+then 30 s to finish, and SLURM does not requeue a job that ends inside them)).
+
+Every interrupted training must end bitwise equal to the same training run straight through.
+"""
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.jobhelpers import hpc, status
+from tests.test_preemption_slurm import Job, _finish, _start_straight_runs, _straight_results, project  # noqa: F401
+
+pytestmark = pytest.mark.slurm
+SPEC = {"strategy": "ddp", "steps": 20, "save_every": 4, "sleep": 0.5}
+
+
+def _profile(project: Path, name: str, partition: str) -> str:
+    # --exclusive: a job holds its nodes whole, so the high-tier job has to take them
+    (project / f"{name}.yaml").write_text(f"name: {name}\nextends: ./preempt-test.yaml\npartition: {partition}\n"
+                                          "sbatch_extra: ['--exclusive']\n")
+    return f"./{name}.yaml"
+
+
+def _progress(job: Job) -> int:
+    return job._progress() if job._restarts() == 0 else -1
+
+
+def _wait_until(what: str, ready, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def _wait_results(jobs: list[Job], timeout: float) -> None:
+    _wait_until("the jobs' results", lambda: all((j.project / f"{j.name}.pt").exists() for j in jobs), timeout)
+
+
+def _preempt_all_nodes(project: Path) -> None:
+    """A job in the high-tier partition that needs every node: it preempts whatever runs there."""
+    subprocess.run(["sbatch", "--parsable", "-p", "high", "-N3", "--exclusive", "-J", "preemptor",
+                    f"--output={project}/preemptor-%j.out", "--wrap", "sleep 3"], check=True, capture_output=True)
+
+
+def test_preempted_jobs_checkpoint_requeue_and_resume_bitwise_with_and_without_grace_time(project):
+    """With a grace time the ranks checkpoint on SLURM's TERM and the job script requeues the job (SLURM would
+    not); without one SLURM kills and requeues it, and the job resumes from its last periodic checkpoint.
+    The grace-time ranks cannot run SLURM's commands (as in a container): the requeue comes from the host."""
+    grace, nograce = _profile(project, "grace", "lowgrace"), _profile(project, "nograce", "low")
+    straight = _start_straight_runs(project, {"ddp": {**SPEC, "sleep": 0}})
+    rounds = [
+        [Job(project, "grace-srun", {**SPEC, "hide_slurm": True}, [], ["-p", grace]),
+         Job(project, "nograce-torchrun", SPEC, [], ["-p", nograce, "-N", "1", "--launcher", "torchrun",
+                                                     "--nproc", "2"])],
+        [Job(project, "grace-torchrun", {**SPEC, "hide_slurm": True}, [], ["-p", grace, "--launcher", "torchrun",
+                                                                             "--nproc", "1"]),
+         Job(project, "nograce-srun", SPEC, [], ["-p", nograce, "-N", "1", "--ntasks-per-node", "2"])],
+    ]
+    for jobs in rounds:
+        _wait_until("4 steps of every job", lambda: all(_progress(j) >= 4 for j in jobs), 240)
+        _preempt_all_nodes(project)
+        _wait_results(jobs, 300)
+    want = _straight_results(project, straight)["ddp"]
+    for job in [j for jobs in rounds for j in jobs]:
+        done = _finish(project, job, want)
+        assert [a[0] for a in done["result"]["attempts"]] == [0, 1], (job.name, done["result"]["attempts"])
+        if job.name.startswith("grace"):
+            assert "stop requested (TERM)" in done["logs"] and "requeued SLURM job" in done["logs"], done["logs"]
+            assert "(preempted at " in done["logs"], done["logs"]
+        else:  # SLURM requeued it; the job script must not requeue it a second time
+            assert "requeued SLURM job" not in done["logs"], done["logs"]
+
+
+def test_a_cancelled_job_stays_cancelled_in_a_partition_with_grace_time(project):
+    job = Job(project, "cancelled", {**SPEC, "steps": 200}, [], ["-p", _profile(project, "grace", "lowgrace"),
+                                                                   "-N", "1"])
+    _wait_until("2 steps", lambda: _progress(job) >= 2, 240)
+    hpc(project, "cancel", job.id, check=True)
+    proc = hpc(project, "wait", job.id, timeout=120)
+    assert "CANCELLED" in proc.stdout, proc.stdout
+    logs = hpc(project, "logs", "--all", job.id, check=True).stdout
+    assert "stop requested (TERM)" in logs and "requeued" not in logs, logs
+    assert job._restarts() == 0
+
+
+def test_a_lost_node_ends_the_attempt_within_a_minute_and_the_next_excludes_it(project):
+    """Node death: its slurmd and every process on it killed. The rank on the other node sees its peer vanish;
+    srun would wait for the dead node until SLURM declares it down, so the job script stops waiting, names the
+    node, and requeues the job excluding it. The next attempt resumes from the newest checkpoint."""
+    straight = _start_straight_runs(project, {"ddp": SPEC})
+    job = Job(project, "lost", SPEC, [], ["-N", "2", "--ntasks-per-node", "1"])
+    _wait_until("6 steps", lambda: _progress(job) >= 6, 240)
+    victim = (project / "lost" / "host-a0-r1").read_text()  # not the first node, where the batch script runs
+    killed = time.monotonic()
+    subprocess.run([str(Path(__file__).parents[1] / "scripts" / "slurm-local"), "kill-node", victim], check=True,
+                   capture_output=True)
+    try:
+        lost = Path(job.info["job_dir"]) / "tasks" / "0.lost_nodes"
+        _wait_until("the lost node to be named", lost.exists, 90)
+        assert time.monotonic() - killed < 60, f"the attempt took {time.monotonic() - killed:.0f} s to end"
+        assert lost.read_text().split() == [victim]
+        _wait_results([job], 300)
+        done = _finish(project, job, _straight_results(project, straight)["ddp"])
+        assert [a[0] for a in done["result"]["attempts"]] == [0, 1]
+        again = {(project / "lost" / f"host-a1-r{r}").read_text() for r in (0, 1)}
+        assert victim not in again and len(again) == 2, again
+        assert f"next attempt excludes {victim}" in done["logs"], done["logs"]
+        info = status(project, job.id)
+        assert info["lost_nodes"] == [victim], info
+        assert victim in hpc(project, "status", job.id, check=True).stdout
+    finally:
+        subprocess.run([str(Path(__file__).parents[1] / "scripts" / "slurm-local"), "revive-node", victim],
+                       capture_output=True, timeout=180)
