@@ -5,7 +5,8 @@
 SPEC keys: project (checkpoint folder parent), out (result file), strategy ("ddp" | "fsdp" | "deepspeed"),
 steps (optimizer steps in all), k (accumulation), save_every, async (background saves), sleep (seconds per
 step: room for a signal to arrive), hide_slurm (the rank cannot run SLURM's commands, as in a container
-without them), crash_at (raise at that step on the first attempt), crash_rank (only that
+without them), hold_at (on the first attempt, wait at that step until a stop comes or the file `go`
+appears in the project), crash_at (raise at that step on the first attempt), crash_rank (only that
 rank crashes; the others go on into the next collective), world_kill (SIGKILL instead of raising). The loop has no resume logic of its own beyond `auto_resume`: a restarted job
 continues from the newest checkpoint, mid-epoch, with the loss log restored alongside the weights. Rank 0
 writes `progress` (the step reached, for tests that interrupt at the right moment) and, at the end, the
@@ -85,6 +86,8 @@ def train(spec: dict) -> None:
                 raise RuntimeError(f"planned crash at step {step}")
             if step % every == 0:
                 acc.save_state()
+            if step == spec.get("hold_at") and first_attempt:
+                _hold(acc, Path(spec["project"]) / "go")
             acc.preemption_point()
             time.sleep(spec.get("sleep", 0))
             if step >= total:
@@ -94,6 +97,12 @@ def train(spec: dict) -> None:
         torch.save({"losses": [r[:2] for r in log.rows], "attempts": sorted({tuple(r[2]) for r in log.rows}),
                     "weights": weights}, spec["out"])
     acc.end_training()
+
+
+def _hold(acc, go: Path) -> None:
+    """Wait (every rank alike: each test is a collective) until told to stop, or until `go` exists."""
+    while not acc.should_stop and acc.reduce(torch.tensor([float(go.exists())]), "max").item() == 0:
+        time.sleep(0.2)
 
 
 def main():

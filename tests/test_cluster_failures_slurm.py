@@ -16,7 +16,8 @@ from tests.jobhelpers import hpc, status
 from tests.test_preemption_slurm import Job, _finish, _start_straight_runs, _straight_results, project  # noqa: F401
 
 pytestmark = pytest.mark.slurm
-SPEC = {"strategy": "ddp", "steps": 20, "save_every": 4, "sleep": 0.5}
+SPEC = {"strategy": "ddp", "steps": 16, "save_every": 4, "sleep": 0.3}
+HELD = {**SPEC, "hold_at": 4}  # the first attempt waits at step 4 (checkpointed) for what the test does to it
 
 
 def _profile(project: Path, name: str, partition: str) -> str:
@@ -53,20 +54,23 @@ def test_preempted_jobs_checkpoint_requeue_and_resume_bitwise_with_and_without_g
     The grace-time ranks cannot run SLURM's commands (as in a container): the requeue comes from the host."""
     grace, nograce = _profile(project, "grace", "lowgrace"), _profile(project, "nograce", "low")
     straight = _start_straight_runs(project, {"ddp": {**SPEC, "sleep": 0}})
-    rounds = [
-        [Job(project, "grace-srun", {**SPEC, "hide_slurm": True}, [], ["-p", grace]),
-         Job(project, "nograce-torchrun", SPEC, [], ["-p", nograce, "-N", "1", "--launcher", "torchrun",
-                                                     "--nproc", "2"])],
-        [Job(project, "grace-torchrun", {**SPEC, "hide_slurm": True}, [], ["-p", grace, "--launcher", "torchrun",
-                                                                             "--nproc", "1"]),
-         Job(project, "nograce-srun", SPEC, [], ["-p", nograce, "-N", "1", "--ntasks-per-node", "2"])],
+    rounds = [  # one after the other: each fills the 3 nodes, and a held job never finishes by itself
+        lambda: [Job(project, "grace-srun", {**HELD, "hide_slurm": True}, [], ["-p", grace]),
+                 Job(project, "nograce-torchrun", HELD, [], ["-p", nograce, "-N", "1", "--launcher", "torchrun",
+                                                             "--nproc", "2"])],
+        lambda: [Job(project, "grace-torchrun", {**HELD, "hide_slurm": True}, [],
+                     ["-p", grace, "--launcher", "torchrun", "--nproc", "1"]),
+                 Job(project, "nograce-srun", HELD, [], ["-p", nograce, "-N", "1", "--ntasks-per-node", "2"])],
     ]
-    for jobs in rounds:
+    done_jobs = []
+    for start in rounds:
+        jobs = start()
         _wait_until("4 steps of every job", lambda: all(_progress(j) >= 4 for j in jobs), 240)
         _preempt_all_nodes(project)
         _wait_results(jobs, 300)
+        done_jobs += jobs
     want = _straight_results(project, straight)["ddp"]
-    for job in [j for jobs in rounds for j in jobs]:
+    for job in done_jobs:
         done = _finish(project, job, want)
         assert [a[0] for a in done["result"]["attempts"]] == [0, 1], (job.name, done["result"]["attempts"])
         if job.name.startswith("grace"):
@@ -77,9 +81,9 @@ def test_preempted_jobs_checkpoint_requeue_and_resume_bitwise_with_and_without_g
 
 
 def test_a_cancelled_job_stays_cancelled_in_a_partition_with_grace_time(project):
-    job = Job(project, "cancelled", {**SPEC, "steps": 200}, [], ["-p", _profile(project, "grace", "lowgrace"),
+    job = Job(project, "cancelled", HELD, [], ["-p", _profile(project, "grace", "lowgrace"),
                                                                    "-N", "1"])
-    _wait_until("2 steps", lambda: _progress(job) >= 2, 240)
+    _wait_until("4 steps", lambda: _progress(job) >= 4, 240)
     hpc(project, "cancel", job.id, check=True)
     proc = hpc(project, "wait", job.id, timeout=120)
     assert "CANCELLED" in proc.stdout, proc.stdout
@@ -93,8 +97,8 @@ def test_a_lost_node_ends_the_attempt_within_a_minute_and_the_next_excludes_it(p
     srun would wait for the dead node until SLURM declares it down, so the job script stops waiting, names the
     node, and requeues the job excluding it. The next attempt resumes from the newest checkpoint."""
     straight = _start_straight_runs(project, {"ddp": SPEC})
-    job = Job(project, "lost", SPEC, [], ["-N", "2", "--ntasks-per-node", "1"])
-    _wait_until("6 steps", lambda: _progress(job) >= 6, 240)
+    job = Job(project, "lost", HELD, [], ["-N", "2", "--ntasks-per-node", "1"])
+    _wait_until("4 steps", lambda: _progress(job) >= 4, 240)
     victim = (project / "lost" / "host-a0-r1").read_text()  # not the first node, where the batch script runs
     killed = time.monotonic()
     subprocess.run([str(Path(__file__).parents[1] / "scripts" / "slurm-local"), "kill-node", victim], check=True,

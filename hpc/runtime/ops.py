@@ -42,12 +42,13 @@ def gather(data, world: int):
 def reduce(data, world: int, op: str = "mean"):
     if world == 1:
         return data
-    if op not in ("sum", "mean"):
-        raise ValueError(f"reduction {op!r}: use 'sum' or 'mean'")
+    ops = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+    if op not in ops:
+        raise ValueError(f"reduction {op!r}: use one of {', '.join(ops)}")
 
     def one(t: torch.Tensor) -> torch.Tensor:
         out = t.clone()
-        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        dist.all_reduce(out, op=ops[op])
         return out / world if op == "mean" else out
 
     return _map(one, data)
