@@ -8,7 +8,7 @@ import shutil
 import time
 from pathlib import Path
 
-from hpc import jobs, snapshot
+from hpc import jobs, lead_time, snapshot
 from hpc.config.precedence import Effective
 from hpc.errors import HpcError
 from hpc.render import SbatchRequest, render
@@ -41,6 +41,8 @@ def submit(effective: Effective, *, argv: list[str], take_snapshot: bool = True,
     cwd = (cwd or Path.cwd()).resolve()
     job, profile = effective.job, effective.profile
     _check_script(job.script, cwd, snapshot_taken=False)  # fail before anything is written
+    if profile.scheduler == "slurm":  # the local profile has no time limit to be warned of
+        lead_time.warn_from_history(job.job_name, profile.name, profile.preemption.lead_time)
     if dry_run:
         job_dir = Path(job.output_dir).absolute() / f"{job.job_name}-YYYYmmdd-HHMMSS-xxxx"  # named at submit
         workdir = job_dir / "code" if take_snapshot else cwd

@@ -27,6 +27,7 @@ from hpc.runtime.checkpoint.checkpointer import Checkpointer
 from hpc.runtime.checkpoint.store import MIN_KEEP, CheckpointStore
 from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
 from hpc.runtime.handlers import GradScalerKwargs
+from hpc.runtime.pace import Pace
 from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from hpc.runtime.precision import Precision, normalize
 from hpc.runtime.state import ProcessState
@@ -120,6 +121,9 @@ class Accelerator:
         self._preemption = config.get("preemption") or {}
         self._watch = preemption.PreemptionWatch(self._requeue_signals(), os.environ.get("HPC_STOP_FILE"))
         self._stop_code, self._stop_reason = 0, ""
+        in_slurm_job = config.get("scheduler") == "slurm"  # only there does a warning come before a limit
+        self._pace = Pace(self._preemption.get("lead_time") if in_slurm_job else None,
+                          os.environ.get("HPC_JOB_DIR"), self.is_main_process)
         if config:  # inside an hpc job the warning signal starts ignored; from now on it is noted
             self._watch.install(term=False)
 
@@ -350,8 +354,14 @@ class Accelerator:
         Every rank must call it. With async_save, training waits only while the state is copied."""
         folder = Path(output_dir) if output_dir is not None else self.checkpointer.store.step_dir(self._completed_steps)
         use_async = self.checkpoint_async if async_save is None else async_save
-        return self.checkpointer.save(folder, self._training_meta(), async_save=use_async,
-                                      purge=output_dir is None)
+        with contextlib.nullcontext() if use_async else self._pace.saving():
+            return self.checkpointer.save(folder, self._training_meta(), async_save=use_async,
+                                          purge=output_dir is None)
+
+    def _step_completed(self) -> None:
+        """One optimizer step (an accumulation window) has ended."""
+        self._completed_steps += 1
+        self._pace.step_done()
 
     def wait_for_checkpoint(self) -> None:
         """Block until a background save has committed."""

@@ -149,12 +149,14 @@ class HangWatchdog:
         planned = time.monotonic() + self.check_every_s
         while not self._wake.wait(max(0.0, planned - time.monotonic())):
             now = time.monotonic()
-            if now - planned > max(self.check_every_s, 1.0):
+            late = now - planned
+            if late > max(self.check_every_s, 1.0):
                 # woken far later than planned: the process was stopped (scontrol suspend, SIGSTOP, a paused VM)
-                # or starved of the GIL; the main thread could not beat either, so the wait counts from now
+                # or starved of the GIL, and the main thread could not beat either: that time does not count.
+                # (Shifted, not reset: a main thread that hogs the GIL in long stretches is still caught.)
                 last = self._beat
                 if last is not None:
-                    self._beat = (now, last[1])
+                    self._beat = (min(now, last[0] + late), last[1])
             planned = now + self.check_every_s
             if not main.is_alive():
                 # the script has returned: the interpreter may now take long joining other threads, and nothing
@@ -188,9 +190,9 @@ class HangWatchdog:
         self._backstop_at = time.monotonic() + delay
 
     def _disarm(self) -> None:
-        if self._backstop_at is not None:
+        if self._backstop_at is not None and _backstop_owner is self:
             faulthandler.cancel_dump_traceback_later()
-            self._backstop_at = None
+        self._backstop_at = None
 
     def _gather_s(self) -> float:
         # ranks fire within about one check of each other (they stall at the same collective)

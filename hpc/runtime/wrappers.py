@@ -51,7 +51,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.step_was_skipped = self.accelerator.strategy.optimizer_step(self.optimizer,
                                                                           self.accelerator.precision.scaler, closure)
         if self.accelerator._optimizers[:1] == [self]:  # one count per window, however many optimizers
-            self.accelerator._completed_steps += 1
+            self.accelerator._step_completed()
         return None
 
     def __repr__(self):
