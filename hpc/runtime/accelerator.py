@@ -111,6 +111,7 @@ class Accelerator:
         self._loaders: list[PreparedDataLoader] = []
         self._custom_objects: list = []
         self._trackers: list = []
+        self._resumed_step: int | None = None  # the step training resumed at, once it has
         setting = lambda arg, key, default: arg if arg is not None else (  # noqa: E731
             config.get(key) if config.get(key) is not None else default)
         self._auto_resume_pending = bool(setting(auto_resume, "auto_resume", False))
@@ -393,6 +394,9 @@ class Accelerator:
         for loader, where in zip(self._loaders, meta.get("loaders", [])):
             loader.resume_at(int(where["epoch"]), int(where["position"]))
         first = (meta.get("loaders") or [{"epoch": 0, "position": 0}])[0]
+        self._resumed_step = self._completed_steps
+        for tracker in self._trackers:
+            tracker.resumed_at(self._completed_steps)
         if self.is_main_process:
             preemption.log(f"resumed from {folder} (step {self._completed_steps})")
         return ResumeInfo(folder, self._completed_steps, int(first["epoch"]), int(first["position"]))
@@ -487,7 +491,10 @@ class Accelerator:
         for name in ["jsonl", *[n for n in self.log_with if n != "jsonl"]]:
             if name not in TRACKERS:
                 raise HpcError(f"log_with={name!r} is not a tracker hpc knows", fix=f"use one of {', '.join(TRACKERS)}")
-            self._trackers.append(TRACKERS[name](self.project_dir / "logs", project_name, config))
+            tracker = TRACKERS[name](self.project_dir / "logs", project_name, config)
+            if self._resumed_step is not None:  # trackers started after the resume continue the run too
+                tracker.resumed_at(self._resumed_step)
+            self._trackers.append(tracker)
 
     def log(self, values: dict, step: int | None = None) -> None:
         for tracker in self._trackers:
