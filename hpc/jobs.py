@@ -73,6 +73,15 @@ class JobRecord:
                 continue
         return sorted(n for n in names if n)
 
+    def hang_summary(self) -> str | None:
+        """The hang watchdog's verdict (hang/<task>/summary.txt, written by the job's lowest stuck rank)."""
+        for path in sorted((self.dir / "hang").glob("*/summary.txt")):
+            try:
+                return path.read_text().strip()
+            except OSError:
+                continue
+        return None
+
 
 def new_job_dir(output_dir: str, name: str) -> Path:
     """A fresh folder; mkdir without exist_ok, so two submissions never share one."""

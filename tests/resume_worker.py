@@ -6,7 +6,8 @@ SPEC keys: project (checkpoint folder parent), out (result file), strategy ("ddp
 steps (optimizer steps in all), k (accumulation), save_every, async (background saves), sleep (seconds per
 step: room for a signal to arrive), hide_slurm (the rank cannot run SLURM's commands, as in a container
 without them), hold_at (on the first attempt, wait at that step until a stop comes or the file `go`
-appears in the project), crash_at (raise at that step on the first attempt), crash_rank (only that
+appears in the project), block_at + block_rank (on the first attempt that rank sleeps for good at that
+step), crash_at (raise at that step on the first attempt), crash_rank (only that
 rank crashes; the others go on into the next collective), world_kill (SIGKILL instead of raising). The loop has no resume logic of its own beyond `auto_resume`: a restarted job
 continues from the newest checkpoint, mid-epoch, with the loss log restored alongside the weights. Rank 0
 writes `progress` (the step reached, for tests that interrupt at the right moment) and, at the end, the
@@ -84,6 +85,9 @@ def train(spec: dict) -> None:
                 if spec.get("world_kill"):
                     os.kill(os.getpid(), signal.SIGKILL)
                 raise RuntimeError(f"planned crash at step {step}")
+            if step == spec.get("block_at") and first_attempt and spec.get("block_rank") == acc.process_index:
+                Path(spec["project"], "blocked_at").write_text(f"{time.time()}\n")
+                time.sleep(10**6)  # a stuck rank: the others wait for it in their next collective
             if step % every == 0:
                 acc.save_state()
             if step == spec.get("hold_at") and first_attempt:

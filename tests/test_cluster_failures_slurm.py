@@ -120,3 +120,38 @@ def test_a_lost_node_ends_the_attempt_within_a_minute_and_the_next_excludes_it(p
     finally:
         subprocess.run([str(Path(__file__).parents[1] / "scripts" / "slurm-local"), "revive-node", victim],
                        capture_output=True, timeout=180)
+
+
+@pytest.mark.parametrize("requeue", [False, True], ids=["ends", "requeues"])
+def test_a_hung_rank_is_named_with_every_stack_and_the_job_ends_or_requeues_long_before_torchs_timeout(project,
+                                                                                                     requeue):
+    """Rank 1 of a 2-node job stops advancing (sleeps in Python); rank 0 waits for it in a collective. With
+    hang_timeout 10 s the job ends within a minute, not after gloo's 30 minutes; with hang_requeue it runs again
+    and resumes from the newest checkpoint."""
+    spec = {**SPEC, "block_at": 5, "block_rank": 1}
+    straight = _start_straight_runs(project, {"ddp": SPEC}) if requeue else None
+    flags = ["-N", "2", "--ntasks-per-node", "1", "--hang-timeout", "10"] + (["--set", "hang_requeue=true"]
+                                                                            if requeue else [])
+    job = Job(project, "hang", spec, [], flags)
+    blocked = project / "hang" / "blocked_at"
+    _wait_until("rank 1 to block", blocked.exists, 240)
+    summary_file = Path(job.info["job_dir"]) / "hang" / "0" / "summary.txt"
+    _wait_until("the watchdog's summary", summary_file.exists, 60)
+    assert time.time() - float(blocked.read_text()) < 45
+    summary = summary_file.read_text()
+    host1 = (project / "hang" / "host-a0-r1").read_text()
+    assert f"rank 1 on {host1} is not in a collective" in summary, summary
+    if requeue:
+        _wait_results([job], 300)
+        done = _finish(project, job, _straight_results(project, straight)["ddp"])
+        assert [a[0] for a in done["result"]["attempts"]] == [0, 1]
+        assert "requeued SLURM job" in done["logs"] and "(hang" in done["logs"], done["logs"]
+    else:
+        proc = hpc(project, "wait", job.id, timeout=120)
+        assert proc.returncode != 0 and "FAILED" in proc.stdout, proc.stdout
+        assert time.time() - float(blocked.read_text()) < 60
+        logs = hpc(project, "logs", "--all", job.id, check=True).stdout
+        assert "time.sleep(10**6)" in logs or "in train" in logs, logs[-3000:]  # rank 1's stack
+        assert "all_reduce" in logs, logs[-3000:]  # rank 0's stack: waiting in the collective
+        assert "requeued" not in logs
+        assert status(project, job.id)["hang"] == summary

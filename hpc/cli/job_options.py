@@ -40,6 +40,7 @@ _FLAGS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
     (("--strategy",), "strategy", {"type": click.Choice(["ddp", "fsdp", "deepspeed"]), "help": "How Accelerator spreads the model (other fsdp_*/ZeRO keys: --set or a job file)."}),
     (("--zero-stage",), "zero_stage", {"type": click.IntRange(0, 3), "help": "DeepSpeed ZeRO stage (with --strategy deepspeed)."}),
     (("--fsdp-sharding-strategy",), "fsdp_sharding_strategy", {"type": click.Choice(["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"]), "help": "FSDP sharding (with --strategy fsdp)."}),
+    (("--hang-timeout",), "hang_timeout", {"type": click.FloatRange(min=0), "metavar": "SECONDS", "help": "End (or with hang_requeue, requeue) a job whose ranks make no step for this long; 0: off [300]."}),
     (("--module", "-m"), "module", {"help": "Run a Python module (python -m MODULE) instead of a script."}),
 ]
 

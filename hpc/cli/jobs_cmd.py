@@ -18,7 +18,7 @@ def _describe(record, tasks) -> dict:
             "exit_code": code, "tasks": {t: {"state": s.state, "exit_code": s.exit_code, "reason": s.reason}
                                          for t, s in tasks.items()},
             "counts": counts, "job_dir": record.job_dir, "submitted_at": record.submitted_at,
-            "lost_nodes": record.lost_nodes()}
+            "lost_nodes": record.lost_nodes(), "hang": record.hang_summary()}
 
 
 def _counts_text(counts: dict) -> str:
@@ -44,6 +44,8 @@ def status(job, as_json):
         click.echo(f"  {len(info['tasks'])} tasks: {_counts_text(info['counts'])}")
     if info["lost_nodes"]:
         click.echo(f"  lost node(s): {', '.join(info['lost_nodes'])} (later attempts exclude them)")
+    if info["hang"]:
+        click.echo(f"  {info['hang']}")
     click.echo(f"  {record.job_dir}")
 
 

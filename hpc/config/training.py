@@ -39,6 +39,10 @@ class TrainingSettings:
     checkpoint_keep: int | None = field(metadata={"check": checks.checkpoint_keep}, default=None)
     checkpoint_async: bool | None = None
     checkpoint_fsync: bool | None = None
+    # hang watchdog: no step for this many seconds (0: off; default 300 in a job) -> every rank's stack in the
+    # logs, the stuck ranks named, the job ended, or requeued with hang_requeue
+    hang_timeout: float | None = field(metadata={"check": checks.non_negative}, default=None)
+    hang_requeue: bool | None = None
 
 
 TRAINING_KEYS = [f.name for f in fields(TrainingSettings)]

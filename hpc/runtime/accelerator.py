@@ -13,6 +13,7 @@ import gc
 import json
 import os
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from hpc.runtime.checkpoint.store import MIN_KEEP, CheckpointStore
 from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
 from hpc.runtime.handlers import GradScalerKwargs
 from hpc.runtime.pace import Pace
+from hpc.runtime.watchdog import HangWatchdog
 from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from hpc.runtime.precision import Precision, normalize
 from hpc.runtime.state import ProcessState
@@ -77,6 +79,11 @@ def _runtime_config() -> dict:
         return json.load(f)
 
 
+# seconds without a step before a job's ranks are declared hung (profile/job key hang_timeout; 0: off). Far below
+# torch's own collective timeouts (gloo 30 min, NCCL 10 min), above any sane step; saves and loads are exempt.
+DEFAULT_HANG_TIMEOUT_S = 300.0
+
+
 class Accelerator:
     def __init__(self, mixed_precision: str | None = None, gradient_accumulation_steps: int | None = None,
                  cpu: bool = False, project_dir: str | os.PathLike | None = None, log_with: str | list | None = None,
@@ -122,6 +129,9 @@ class Accelerator:
         self._preemption = config.get("preemption") or {}
         self._watch = preemption.PreemptionWatch(self._requeue_signals(), os.environ.get("HPC_STOP_FILE"))
         self._stop_code, self._stop_reason = 0, ""
+        self._hang_requeue = bool(config.get("hang_requeue", False))
+        self._watchdog = self._make_watchdog(float(config.get("hang_timeout", DEFAULT_HANG_TIMEOUT_S if config else 0)))
+        self._watchdog.start()
         in_slurm_job = config.get("scheduler") == "slurm"  # only there does a warning come before a limit
         self._pace = Pace(self._preemption.get("lead_time") if in_slurm_job else None,
                           os.environ.get("HPC_JOB_DIR"), self.is_main_process)
@@ -355,7 +365,7 @@ class Accelerator:
         Every rank must call it. With async_save, training waits only while the state is copied."""
         folder = Path(output_dir) if output_dir is not None else self.checkpointer.store.step_dir(self._completed_steps)
         use_async = self.checkpoint_async if async_save is None else async_save
-        with contextlib.nullcontext() if use_async else self._pace.saving():
+        with self._watchdog.paused("save"), contextlib.nullcontext() if use_async else self._pace.saving():
             return self.checkpointer.save(folder, self._training_meta(), async_save=use_async,
                                           purge=output_dir is None)
 
@@ -363,11 +373,30 @@ class Accelerator:
         """One optimizer step (an accumulation window) has ended."""
         self._completed_steps += 1
         self._pace.step_done()
+        self._watchdog.beat(f"optimizer step {self._completed_steps}")
+
+    def _beat(self, what: str) -> None:
+        """Progress that is not a step (a batch handed out): the hang watchdog counts it."""
+        self._watchdog.beat(what)
+
+    def _make_watchdog(self, timeout_s: float) -> HangWatchdog:
+        job_dir = os.environ.get("HPC_JOB_DIR")
+        # one folder per array task (they share the job folder); the watchdog tells an earlier attempt's reports by age
+        folder = (Path(job_dir) / "hang" / os.environ.get("HPC_TASK", "0") if job_dir else None)
+        return HangWatchdog(timeout_s, self.process_index, self.num_processes, socket.gethostname(), folder,
+                            before_exit=self._after_hang)
+
+    def _after_hang(self, summary: str) -> None:
+        # any rank may ask (the job script's request file is one); only rank 0 may run scontrol for a function
+        if self._hang_requeue and (os.environ.get("HPC_REQUEUE_FILE") or self.is_main_process):
+            _, said = preemption.requeue(int(self._preemption.get("max_requeues", 3)), f"hang: {summary}")
+            preemption.log(f"hang_requeue: {said}")
 
     def wait_for_checkpoint(self) -> None:
         """Block until a background save has committed."""
         if self._checkpointer is not None:
-            self._checkpointer.wait()
+            with self._watchdog.paused("checkpoint commit"):
+                self._checkpointer.wait()
 
     def load_state(self, input_dir: str | os.PathLike | None = None) -> ResumeInfo:
         """Restore a checkpoint: the given folder, or the newest good one under checkpoints/."""
@@ -389,7 +418,8 @@ class Accelerator:
             self.resume()
 
     def _restore(self, folder: Path) -> ResumeInfo:
-        meta = self.checkpointer.load(folder)
+        with self._watchdog.paused("load"):
+            meta = self.checkpointer.load(folder)
         self._completed_steps, self.step = int(meta.get("step", 0)), int(meta.get("micro_step", 0))
         for loader, where in zip(self._loaders, meta.get("loaders", [])):
             loader.resume_at(int(where["epoch"]), int(where["position"]))
@@ -501,6 +531,7 @@ class Accelerator:
             tracker.log(values, step)
 
     def end_training(self) -> None:
+        self._watchdog.stop()
         self.wait_for_checkpoint()
         for tracker in self._trackers:
             tracker.finish()

@@ -104,6 +104,7 @@ class PreparedDataLoader:
                 self.position += 1
                 gradient.end_of_dataloader = last
                 gradient.remainder = (self.batch_size * self.sampler.world - self.sampler.padding) if last else -1
+                self.accelerator._beat("batch")
                 yield send_to_device(batch, self.accelerator.device)
         finally:
             gradient.end_of_dataloader, gradient.remainder = False, -1

@@ -14,7 +14,10 @@ Files in report_dir (the job's folder for this, seen by every node; None: stderr
 
 A main thread that holds the GIL forever (a C call that never returns) starves the watchdog thread as well:
 then faulthandler's timer, whose C thread never takes the GIL, dumps the stacks to stderr after a grace period
-and ends the process with exit code 1 (faulthandler's `_exit(1)`; it cannot be told another code).
+and ends the process with exit code 1 (faulthandler's `_exit(1)`; it cannot be told another code). Its one timer
+per process is this module's while a watchdog runs (a program's own dump_traceback_later is replaced), and it
+counts time the process spends stopped: a job suspended (scontrol suspend) for longer than the timeout is ended
+by it when it resumes.
 
 Only the standard library is imported: the module must not pull torch in (the login-node path never does).
 """
@@ -173,7 +176,7 @@ class HangWatchdog:
                     continue
                 since = now - last[0]
                 if since <= self.timeout_s:
-                    # re-armed here, not in beat(): arming starts a C thread (tens of microseconds)
+                    # re-armed here, not in beat(): arming starts a C thread (about 0.1 ms)
                     self._arm(last[0] + self.timeout_s + self.backstop_grace_s - now)
                     continue
                 # from here the report itself may hang (py-spy, a dead file system, before_exit): the backstop
@@ -382,7 +385,7 @@ def _summarize(reports: dict[int, dict], hosts: dict[int, str], world_size: int,
         verb = "waits" if len(waiting) == 1 else "wait"
         parts.append(f"{_ranks(waiting)} on {_hosts(waiting, hosts)} {verb} in a collective{at}")
     if silent:
-        parts.append(f"{_ranks(silent)} on {_hosts(silent, hosts)} did not report (process frozen or dead)")
+        parts.append(f"{_ranks(silent)} on {_hosts(silent, hosts)} did not report (process frozen or dead, or paused)")
     return "; ".join(parts)
 
 

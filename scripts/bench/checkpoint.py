@@ -7,8 +7,9 @@ One process, a model plus its AdamW state of about --gib GiB in all (on --device
 as checkpoints usually are). Rows: raw baselines, hpc sync save (manifest with CRC-32 of every byte, commit
 by rename), hpc async save (the training stall = the time save_state returns; then until commit), load
 (checksums verified first). --crash-trials SIGKILLs a saving process at random moments and checks that the
-newest committed checkpoint always verifies. --signal (needs scripts/slurm-local) times `scancel --signal`
--> checkpoint -> `scontrol requeue` -> the job running again. Medians of --repeat runs.
+newest committed checkpoint always verifies. --signal (needs scripts/slurm-local) times each kind of
+interruption (the warning signal, preemption with and without a grace time, a lost node) until training runs
+again. Medians of --repeat runs.
 """
 
 from __future__ import annotations
@@ -144,41 +145,86 @@ def crash_trials(n: int, work: Path) -> list[list]:
             ["  no checkpoint committed yet", empty], ["  newest committed failed to verify", bad]]
 
 
-def signal_to_requeue(work: Path) -> list[list]:
-    """One 2-node job, signalled after its 3rd step; times each stage from outside."""
-    project = work / "signal"
+SLURM_LOCAL = ROOT / "scripts" / "slurm-local"
+# kind -> (profile lines, what interrupts the job once it has made 3 steps)
+INTERRUPTIONS = {
+    "warning signal (scancel --signal=USR1)": ("", "signal"),
+    "preempted, GraceTime=30 (partition lowgrace)": ("partition: lowgrace\nsbatch_extra: ['--exclusive']\n", "preempt"),
+    "preempted, GraceTime=0 (partition low)": ("partition: low\nsbatch_extra: ['--exclusive']\n", "preempt"),
+    "lost node (slurm-local kill-node)": ("", "kill-node"),
+}
+
+
+def interruption_to_resume(work: Path, kind: str) -> list:
+    """One 2-node srun/DDP job interrupted after its 3rd step; each stage timed from outside, from the moment
+    of the interruption: checkpoint committed, SLURM restart count up, batch script running again, training
+    resumed (checkpoint loaded), first new step done."""
+    profile, how = INTERRUPTIONS[kind]
+    project = work / f"interrupt-{how}-{len(list(work.iterdir()))}"
     project.mkdir()
     shutil.copy(ROOT / "tests" / "resume_worker.py", project)
-    (project / "p.yaml").write_text("name: bench\nextends: slurm-local\npreemption:\n  max_requeues: 2\n")
-    spec = {"strategy": "ddp", "steps": 40, "sleep": 0.5, "project": str(project / "run"), "out": str(project / "o.pt")}
+    (project / "p.yaml").write_text(f"name: bench\nextends: slurm-local\npreemption:\n  max_requeues: 2\n{profile}")
+    spec = {"strategy": "ddp", "steps": 200, "save_every": 2, "sleep": 0.5, "project": str(project / "run"),
+            "out": str(project / "o.pt")}
     out = subprocess.run([sys.executable, "-m", "hpc", "submit", "--json", "-p", "./p.yaml", "-N", "2",
                           "--ntasks-per-node", "1", "resume_worker.py", "--", json.dumps(spec)], cwd=project,
                          capture_output=True, text=True, check=True)
     info = json.loads(out.stdout)
     jobid_file = Path(info["job_dir"]) / "tasks" / "0.jobid"
-    progress = project / "run" / "progress"
-    while not (progress.exists() and int(progress.read_text() or 0) >= 3):
+    progress, checkpoints = project / "run" / "progress", project / "run" / "checkpoints"
+    while _number(progress) < 3:
         time.sleep(0.05)
+    victim = (project / "run" / "host-a0-r1").read_text()
+    before = _newest_step(checkpoints)
     t0 = time.perf_counter()
-    subprocess.run(["scancel", "--signal=USR1", info["job_id"]], check=True)
-    marks = {}
-    while "running" not in marks:
-        show = subprocess.run(["scontrol", "show", "job", info["job_id"]], capture_output=True, text=True).stdout
-        if "requeued" not in marks and "Restarts=1" in show:
-            marks["requeued"] = time.perf_counter() - t0
-        try:
-            if jobid_file.read_text().split()[1] == "1":
-                marks["running"] = time.perf_counter() - t0
-        except (OSError, IndexError):
-            pass
-        time.sleep(0.05)
-    while not (progress.exists() and "resumed" not in marks and _resumed(info)):
-        time.sleep(0.05)
-    marks["resumed"] = time.perf_counter() - t0
-    subprocess.run(["scancel", info["job_id"]])
-    return [["signal -> checkpoint saved, scontrol requeue accepted", f"{marks['requeued']:.2f}"],
-            ["signal -> batch script running again", f"{marks['running']:.2f}"],
-            ["signal -> training resumed from the checkpoint", f"{marks['resumed']:.2f}"]]
+    if how == "signal":
+        subprocess.run(["scancel", "--signal=USR1", info["job_id"]], check=True)
+    elif how == "preempt":
+        subprocess.run(["sbatch", "-p", "high", "-N3", "--exclusive", f"--output={project}/preemptor.out",
+                        "--wrap", "sleep 1"], check=True, capture_output=True)
+    else:
+        subprocess.run([str(SLURM_LOCAL), "kill-node", victim], check=True, capture_output=True)
+    marks: dict[str, float] = {}
+    try:
+        while "first step" not in marks:
+            now = time.perf_counter() - t0
+            assert now < 300, f"{kind}: nothing after 300 s ({marks})"
+            if "saved" not in marks and _newest_step(checkpoints) > before:
+                marks["saved"] = now
+            if "requeued" not in marks and "Restarts=1" in subprocess.run(
+                    ["scontrol", "show", "job", info["job_id"]], capture_output=True, text=True).stdout:
+                marks["requeued"] = now
+            if "running" not in marks and jobid_file.read_text().split()[1:] == ["1"]:
+                marks["running"] = now
+            if "running" in marks and "resumed" not in marks and _resumed(info):
+                marks["resumed"], stamp = now, progress.stat().st_mtime_ns
+            if "resumed" in marks and progress.stat().st_mtime_ns != stamp:
+                marks["first step"] = now
+            time.sleep(0.05)
+    finally:
+        subprocess.run(["scancel", info["job_id"]])
+        if how == "kill-node":
+            subprocess.run([str(SLURM_LOCAL), "revive-node", victim], capture_output=True)
+    saved = marks.get("saved")
+    hpc_share = (marks["requeued"] if saved is not None else 0.0) + (marks["first step"] - marks["running"])
+    return [kind, _fmt(saved), _fmt(marks["requeued"]), _fmt(marks["running"]), _fmt(marks["resumed"]),
+            _fmt(marks["first step"]), _fmt(hpc_share)]
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _number(path: Path) -> int:
+    try:
+        return int(path.read_text() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _newest_step(checkpoints: Path) -> int:
+    steps = [int(p.parent.name.split("-")[1]) for p in checkpoints.glob("step-*/manifest.json")]
+    return max(steps, default=-1)
 
 
 def _resumed(info: dict) -> bool:
@@ -191,7 +237,7 @@ def main() -> None:
     parser.add_argument("--gib", type=float, default=1.0)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--crash-trials", type=int, default=50)
-    parser.add_argument("--signal", action="store_true", help="also time signal -> requeue on scripts/slurm-local")
+    parser.add_argument("--signal", action="store_true", help="also time interruption -> training again on scripts/slurm-local")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the training state lives")
     parser.add_argument("--dir", type=Path, help="where to write (default: a temporary folder)")
     args = parser.parse_args()
@@ -204,7 +250,13 @@ def main() -> None:
         if args.crash_trials:
             print(table(["crash safety", "count"], crash_trials(args.crash_trials, work)))
         if args.signal:
-            print(table(["preemption (2 nodes, srun, DDP)", "seconds"], signal_to_requeue(work)))
+            rows = []
+            for kind in INTERRUPTIONS:
+                print(f"timing: {kind} ...", file=sys.stderr, flush=True)
+                rows.append(interruption_to_resume(work, kind))
+            print("seconds from the interruption (2 nodes, srun, DDP; 'hpc' = save + exit + requeue when hpc does "
+                  "it, + start and load)")
+            print(table(["interruption", "saved", "requeued", "running", "resumed", "first step", "hpc"], rows))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
