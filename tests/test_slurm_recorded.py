@@ -88,3 +88,28 @@ def test_a_job_that_fits_passes():
     answers = [(["scontrol", "show", "partition", "-o", "gpu"], (0, PARTITION.splitlines()[0], "")),
                (["sinfo"], (0, "gpu:a100:4\n", ""))]
     check_fits(Slurm(Recorded(answers)), "gpu", 4, "02:00:00", 4)
+
+
+# `scontrol show job -o` of a running job (Slurm 22.05.8 on slurm-local), cut to the fields that matter here
+SHOW_JOB = ("JobId=57 JobName=train UserId=root(0) JobState={state} Reason=None Requeue=1 Restarts=0 "
+            "RunTime=00:00:41 StartTime=2026-11-23T23:11:10 EndTime={end} Deadline=N/A "
+            "PreemptEligibleTime=2026-11-23T23:11:10 PreemptTime={preempt} SuspendTime=None Partition=lowgrace")
+
+
+@pytest.mark.parametrize(("state", "preempt", "expected"), [
+    ("RUNNING", "2026-11-23T23:11:51", True),    # chosen for preemption, inside its grace time
+    ("RUNNING", "None", False),                  # a cancel or a time limit: not preemption
+    ("COMPLETING", "2026-11-23T23:11:51", False),  # GraceTime=0: SLURM is already requeueing it itself
+])
+def test_preempted_reads_preempt_time_of_a_running_job(state, preempt, expected):
+    line = SHOW_JOB.format(state=state, preempt=preempt, end="2026-11-23T23:12:21")
+    slurm = Slurm(Recorded([(["scontrol", "show", "job"], (0, line + "\n", ""))]))
+    assert slurm.preempted("57") is expected
+    assert slurm.run.calls == [["scontrol", "show", "job", "-o", "57"]]
+
+
+def test_preempted_is_false_where_the_partition_cannot_be_preempted_or_the_job_is_gone():
+    line = "JobId=57 JobName=train JobState=RUNNING Reason=None EndTime=Unknown Partition=debug"
+    assert Slurm(Recorded([(["scontrol"], (0, line, ""))])).preempted("57") is False
+    gone = (1, "", "slurm_load_jobs error: Invalid job id specified\n")
+    assert Slurm(Recorded([(["scontrol"], gone)])).preempted("57") is False
