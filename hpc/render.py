@@ -217,9 +217,10 @@ def _hostfile(job: JobSpec, profile: ClusterProfile, env: jinja2.Environment) ->
     return env.get_template(f"hostfile.{profile.hostfile_format}.j2").render(hosts=hosts, slots=job.nproc_per_node)
 
 
-# After a task fails, how long the others get to end before the nodes with no ending are taken for lost: longer
-# than SLURM's KillWait (30 s on most sites) would be needed only if ending took that long; a dead node never ends.
-LOST_NODE_AFTER_S = 30
+# After a task fails, how long the other tasks get to end (srun's --kill-on-bad-exit kills them at once) before
+# the nodes none of whose tasks ended are probed, and how long a probe (srun ... true) may take on a live node.
+LOST_NODE_AFTER_S = 20
+NODE_PROBE_TIMEOUT_S = 10
 
 
 def runtime_config(effective: Effective) -> dict:
@@ -293,6 +294,7 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         "run_and_note_end": ('trap : TERM INT; "$@"; rc=$?; '
                              'echo "$rc" > "$HPC_JOB_DIR/tasks/$HPC_TASK.end.$SLURMD_NODENAME.$SLURM_PROCID"; exit "$rc"'),
         "lost_node_after": LOST_NODE_AFTER_S,
+        "probe_timeout": NODE_PROBE_TIMEOUT_S,
     }
     script = template.render(**context).rstrip("\n") + "\n"
     return SbatchRequest(script=script, script_name=SCRIPT_NAME[profile.scheduler], template=name,

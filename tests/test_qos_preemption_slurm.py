@@ -77,10 +77,18 @@ def _profile(project: Path, name: str, qos: str) -> str:
 
 
 def _sacct(job_id: str, *flags: str) -> list[str]:
-    """Each attempt's State (-D) or the job's, from slurmdbd: plain sacct, no -c."""
+    """QOS|State of the job (with -D: of each attempt) from slurmdbd: plain sacct, no -c."""
     proc = subprocess.run(["sacct", "-n", "-P", "-X", *flags, "-j", job_id, "-o", "JobIDRaw,QOS,State"],
                           capture_output=True, text=True, timeout=30, check=True)
     return [line.split("|", 1)[1] for line in proc.stdout.splitlines() if line.split("|")[0] == job_id]
+
+
+def _assert_accounting(job_id: str, want: list[str], *flags: str) -> None:
+    """slurmctld hands records to slurmdbd in the background: give them a moment to arrive."""
+    deadline = time.monotonic() + 30
+    while (got := _sacct(job_id, *flags)) != want and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert got == want, (job_id, flags, got)
 
 
 def test_qos_preempted_jobs_checkpoint_requeue_and_resume_bitwise_with_and_without_grace_time(project):
@@ -106,11 +114,13 @@ def test_qos_preempted_jobs_checkpoint_requeue_and_resume_bitwise_with_and_witho
         else:  # SLURM requeued it; the job script must not requeue it a second time
             assert "requeued SLURM job" not in done["logs"], done["logs"]
 
-    # accounting from slurmdbd: the preemptor ran in QOS high; SLURM recorded the zero-grace attempt as PREEMPTED
-    assert _sacct(preemptor) == ["high|COMPLETED"]
+    # accounting from slurmdbd (-D: every attempt): the preemptor ran in QOS high; SLURM ended the zero-grace attempt
+    # as PREEMPTED and requeued it
     grace_job, zero_job = jobs
-    assert _sacct(zero_job.id, "-D") == ["lowzero|PREEMPTED", "lowzero|COMPLETED"], _sacct(zero_job.id, "-D")
-    assert _sacct(grace_job.id, "-D")[-1] == "low|COMPLETED", _sacct(grace_job.id, "-D")
+    _assert_accounting(preemptor, ["high|COMPLETED"])
+    _assert_accounting(zero_job.id, ["lowzero|PREEMPTED", "lowzero|COMPLETED"], "-D")
+    # the grace-time attempt ended by itself inside the grace time: SLURM did not requeue it, the job script did
+    _assert_accounting(grace_job.id, ["low|REQUEUED", "low|COMPLETED"], "-D")
     # `hpc status` once squeue has forgotten the jobs (MinJobAge): the state comes from sacct, through slurmdbd
     _wait_until("squeue to forget the jobs", lambda: not subprocess.run(
         ["squeue", "-h", "-j", f"{grace_job.id},{zero_job.id}"], capture_output=True, text=True).stdout.strip(), 60)

@@ -280,6 +280,7 @@ class Accelerator:
         return SkipFirstBatches(dataloader, num_batches)
 
     def gather(self, data):
+        self._beat("gather")  # the label a hang report shows if the other ranks never come
         return ops.gather(data, self.num_processes)
 
     def gather_for_metrics(self, data):
@@ -290,6 +291,7 @@ class Accelerator:
         return gathered
 
     def reduce(self, data, reduction: str = "mean"):
+        self._beat("reduce")
         return ops.reduce(data, self.num_processes, reduction)
 
     def pad_across_processes(self, data, dim: int = 0, pad_index: int = 0, pad_first: bool = False):
@@ -297,16 +299,18 @@ class Accelerator:
 
     def wait_for_everyone(self) -> None:
         if self.state.distributed:
+            self._beat("wait_for_everyone")
             dist.barrier()
 
     @contextlib.contextmanager
     def main_process_first(self):
         """The main process runs the block first (e.g. downloads, caches), then the others."""
-        if not self.is_main_process:
-            self.wait_for_everyone()
-        yield
-        if self.is_main_process:
-            self.wait_for_everyone()
+        with self._watchdog.paused("main_process_first"):  # the others wait as long as the download takes
+            if not self.is_main_process:
+                self.wait_for_everyone()
+            yield
+            if self.is_main_process:
+                self.wait_for_everyone()
 
     def on_main_process(self, fn):
         @functools.wraps(fn)
@@ -376,8 +380,10 @@ class Accelerator:
         self._watchdog.beat(f"optimizer step {self._completed_steps}")
 
     def _beat(self, what: str) -> None:
-        """Progress that is not a step (a batch handed out): the hang watchdog counts it."""
-        self._watchdog.beat(what)
+        """Progress that is not a step (a batch, a collective): the hang watchdog counts it from the first
+        optimizer step on, so a long first step (torch.compile, autotuning) is not taken for a hang."""
+        if self._completed_steps:
+            self._watchdog.beat(what)
 
     def _make_watchdog(self, timeout_s: float) -> HangWatchdog:
         job_dir = os.environ.get("HPC_JOB_DIR")
@@ -387,8 +393,10 @@ class Accelerator:
                             before_exit=self._after_hang)
 
     def _after_hang(self, summary: str) -> None:
-        # any rank may ask (the job script's request file is one); only rank 0 may run scontrol for a function
-        if self._hang_requeue and (os.environ.get("HPC_REQUEUE_FILE") or self.is_main_process):
+        # any rank may ask (the job script's request file is one); scontrol for a function only from the rank
+        # that wrote the verdict: rank 0 may be the frozen one
+        if self._hang_requeue and (os.environ.get("HPC_REQUEUE_FILE") or self._watchdog.wrote_summary or (
+                self._watchdog.report_dir is None and self.is_main_process)):
             _, said = preemption.requeue(int(self._preemption.get("max_requeues", 3)), f"hang: {summary}")
             preemption.log(f"hang_requeue: {said}")
 
@@ -444,6 +452,7 @@ class Accelerator:
         self._watch.install(term=True)  # from here on TERM is handled too: the loop checks for it
         code = self._watch.local_code()
         if self.state.distributed:
+            self._beat("should_stop")
             flag = self._flag(code)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             code = int(flag.item())
