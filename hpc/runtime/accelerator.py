@@ -29,12 +29,12 @@ from hpc.runtime.checkpoint.store import MIN_KEEP, CheckpointStore
 from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
 from hpc.runtime.handlers import GradScalerKwargs
 from hpc.runtime.pace import Pace
-from hpc.runtime.watchdog import HangWatchdog
 from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from hpc.runtime.precision import Precision, normalize
 from hpc.runtime.state import ProcessState
 from hpc.runtime.strategies import choose, plugin_strategy
 from hpc.runtime.tracking import TRACKERS
+from hpc.runtime.watchdog import HangWatchdog
 from hpc.runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
 
 
@@ -130,7 +130,8 @@ class Accelerator:
         self._watch = preemption.PreemptionWatch(self._requeue_signals(), os.environ.get("HPC_STOP_FILE"))
         self._stop_code, self._stop_reason = 0, ""
         self._hang_requeue = bool(config.get("hang_requeue", False))
-        self._watchdog = self._make_watchdog(float(config.get("hang_timeout", DEFAULT_HANG_TIMEOUT_S if config else 0)))
+        hang_timeout = config.get("hang_timeout", DEFAULT_HANG_TIMEOUT_S if config else 0)  # off outside a job
+        self._watchdog = self._make_watchdog(float(hang_timeout))
         self._watchdog.start()
         in_slurm_job = config.get("scheduler") == "slurm"  # only there does a warning come before a limit
         self._pace = Pace(self._preemption.get("lead_time") if in_slurm_job else None,
@@ -473,11 +474,13 @@ class Accelerator:
         if self.is_main_process:
             # TERM is a cancel unless SLURM preempted the job; hpc's job script finds that out itself after the
             # step, from the host, but a submitit function has no such script around it
-            asked = self._stop_code == preemption.REQUEUE or (
-                not os.environ.get("HPC_REQUEUE_FILE") and preemption.preempted())
+            preempted = self._stop_code == preemption.STOP and not os.environ.get("HPC_REQUEUE_FILE") \
+                and preemption.preempted()
             said = "exiting"
-            if asked:
-                requeued, said = preemption.requeue(int(self._preemption.get("max_requeues", 3)), self._stop_reason)
+            if self._stop_code == preemption.REQUEUE or preempted:
+                # a preempted job comes back whatever max_requeues says, as SLURM's own requeue would bring it
+                limit = None if preempted else int(self._preemption.get("max_requeues", 3))
+                requeued, said = preemption.requeue(limit, self._stop_reason)
             preemption.log(f"stop requested ({self._stop_reason}): saved {folder}; {said}")
         requeued = bool(self._broadcast_flag(requeued))
         self.end_training()

@@ -86,9 +86,10 @@ def requeue_count() -> int:
     return int(os.environ.get("SLURM_RESTART_COUNT") or os.environ.get("HPC_RESTART_COUNT") or 0)
 
 
-def requeue(max_requeues: int, why: str) -> tuple[bool, str]:
-    """Ask for this job to run again; returns whether it will, and what happened in words for the log."""
-    if requeue_count() >= max_requeues:
+def requeue(max_requeues: int | None, why: str) -> tuple[bool, str]:
+    """Ask for this job to run again (None: however often it ran); returns whether it will, and what happened
+    in words for the log."""
+    if max_requeues is not None and requeue_count() >= max_requeues:
         return False, f"not requeued: it has been requeued {requeue_count()} times (max_requeues={max_requeues})"
     asked = os.environ.get("HPC_REQUEUE_FILE")
     if asked:  # hpc's job script (SLURM or local) requeues once the ranks have exited, from outside any container

@@ -156,7 +156,7 @@ INTERRUPTIONS = {
 
 
 def interruption_to_resume(work: Path, kind: str) -> list:
-    """One 2-node srun/DDP job interrupted after its 3rd step; each stage timed from outside, from the moment
+    """One 2-node srun/DDP job interrupted after its 6th step; each stage timed from outside, from the moment
     of the interruption: checkpoint committed, SLURM restart count up, batch script running again, training
     resumed (checkpoint loaded), first new step done."""
     profile, how = INTERRUPTIONS[kind]
@@ -164,7 +164,8 @@ def interruption_to_resume(work: Path, kind: str) -> list:
     project.mkdir()
     shutil.copy(ROOT / "tests" / "resume_worker.py", project)
     (project / "p.yaml").write_text(f"name: bench\nextends: slurm-local\npreemption:\n  max_requeues: 2\n{profile}")
-    spec = {"strategy": "ddp", "steps": 200, "save_every": 2, "sleep": 0.5, "project": str(project / "run"),
+    # the periodic checkpoint at step 5 is committed before the interruption at step 6: a newer one is the stop's
+    spec = {"strategy": "ddp", "steps": 200, "save_every": 5, "sleep": 0.5, "project": str(project / "run"),
             "out": str(project / "o.pt")}
     out = subprocess.run([sys.executable, "-m", "hpc", "submit", "--json", "-p", "./p.yaml", "-N", "2",
                           "--ntasks-per-node", "1", "resume_worker.py", "--", json.dumps(spec)], cwd=project,
@@ -172,7 +173,7 @@ def interruption_to_resume(work: Path, kind: str) -> list:
     info = json.loads(out.stdout)
     jobid_file = Path(info["job_dir"]) / "tasks" / "0.jobid"
     progress, checkpoints = project / "run" / "progress", project / "run" / "checkpoints"
-    while _number(progress) < 3:
+    while _number(progress) < 6:
         time.sleep(0.05)
     victim = (project / "run" / "host-a0-r1").read_text()
     before = _newest_step(checkpoints)
