@@ -5,7 +5,6 @@ then 30 s to finish, and SLURM does not requeue a job that ends inside them)).
 Every interrupted training must end bitwise equal to the same training run straight through.
 """
 
-import json
 import subprocess
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from tests.jobhelpers import hpc, status
 from tests.test_preemption_slurm import Job, _finish, _start_straight_runs, _straight_results, project  # noqa: F401
 
 pytestmark = pytest.mark.slurm
+SLURM_LOCAL = Path(__file__).parents[1] / "scripts" / "slurm-local"
 SPEC = {"strategy": "ddp", "steps": 16, "save_every": 4, "sleep": 0.3}
 HELD = {**SPEC, "hold_at": 4}  # the first attempt waits at step 4 (checkpointed) for what the test does to it
 
@@ -54,24 +54,21 @@ def test_preempted_jobs_checkpoint_requeue_and_resume_bitwise_with_and_without_g
     The grace-time ranks cannot run SLURM's commands (as in a container): the requeue comes from the host."""
     grace, nograce = _profile(project, "grace", "lowgrace"), _profile(project, "nograce", "low")
     straight = _start_straight_runs(project, {"ddp": {**SPEC, "sleep": 0}})
-    rounds = [  # one after the other: each fills the 3 nodes, and a held job never finishes by itself
-        lambda: [Job(project, "grace-srun", {**HELD, "hide_slurm": True}, [], ["-p", grace]),
-                 Job(project, "nograce-torchrun", HELD, [], ["-p", nograce, "-N", "1", "--launcher", "torchrun",
-                                                             "--nproc", "2"])],
-        lambda: [Job(project, "grace-torchrun", {**HELD, "hide_slurm": True}, [],
-                     ["-p", grace, "--launcher", "torchrun", "--nproc", "1"]),
-                 Job(project, "nograce-srun", HELD, [], ["-p", nograce, "-N", "1", "--ntasks-per-node", "2"])],
-    ]
-    done_jobs = []
-    for start in rounds:
-        jobs = start()
-        _wait_until("4 steps of every job", lambda: all(_progress(j) >= 4 for j in jobs), 240)
-        _preempt_all_nodes(project)
-        _wait_results(jobs, 300)
-        done_jobs += jobs
-    want = _straight_results(project, straight)["ddp"]
-    for job in done_jobs:
-        done = _finish(project, job, want)
+    # torchrun with and srun without a grace time: tests/test_qos_preemption_slurm.py (the same job script path)
+    jobs = [Job(project, "grace-srun", {**HELD, "hide_slurm": True}, [], ["-p", grace]),
+            Job(project, "nograce-torchrun", HELD, [], ["-p", nograce, "-N", "1", "--launcher", "torchrun",
+                                                        "--nproc", "2"])]
+    _wait_until("4 steps of every job", lambda: all(_progress(j) >= 4 for j in jobs), 240)
+    _preempt_all_nodes(project)
+    _wait_results(jobs, 300)
+    assert_preempted_once_and_resumed(project, jobs, _straight_results(project, straight)["ddp"])
+
+
+def assert_preempted_once_and_resumed(project: Path, jobs: list[Job], want: dict) -> None:
+    """Each job ended bitwise equal to the straight run after one preemption; a job whose name starts with
+    "grace" was requeued by its job script, any other by SLURM alone."""
+    for job in jobs:
+        done = _finish(project, job, want)  # also `hpc wait`
         assert [a[0] for a in done["result"]["attempts"]] == [0, 1], (job.name, done["result"]["attempts"])
         if job.name.startswith("grace"):
             assert "stop requested (TERM)" in done["logs"] and "requeued SLURM job" in done["logs"], done["logs"]
@@ -101,13 +98,16 @@ def test_a_lost_node_ends_the_attempt_within_a_minute_and_the_next_excludes_it(p
     _wait_until("4 steps", lambda: _progress(job) >= 4, 240)
     victim = (project / "lost" / "host-a0-r1").read_text()  # not the first node, where the batch script runs
     killed = time.monotonic()
-    subprocess.run([str(Path(__file__).parents[1] / "scripts" / "slurm-local"), "kill-node", victim], check=True,
+    subprocess.run([str(SLURM_LOCAL), "kill-node", victim], check=True,
                    capture_output=True)
     try:
         lost = Path(job.info["job_dir"]) / "tasks" / "0.lost_nodes"
         _wait_until("the lost node to be named", lost.exists, 90)
         assert time.monotonic() - killed < 60, f"the attempt took {time.monotonic() - killed:.0f} s to end"
         assert lost.read_text().split() == [victim]
+        # the node boots again while the next attempt runs elsewhere (later tests want all 3 nodes)
+        revive = subprocess.Popen([str(SLURM_LOCAL), "revive-node", victim], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
         _wait_results([job], 300)
         done = _finish(project, job, _straight_results(project, straight)["ddp"])
         assert [a[0] for a in done["result"]["attempts"]] == [0, 1]
@@ -117,9 +117,9 @@ def test_a_lost_node_ends_the_attempt_within_a_minute_and_the_next_excludes_it(p
         info = status(project, job.id)
         assert info["lost_nodes"] == [victim], info
         assert victim in hpc(project, "status", job.id, check=True).stdout
-    finally:
-        subprocess.run([str(Path(__file__).parents[1] / "scripts" / "slurm-local"), "revive-node", victim],
-                       capture_output=True, timeout=180)
+        revive.wait(timeout=180)
+    finally:  # idempotent: nothing happens if it is back already
+        subprocess.run([str(SLURM_LOCAL), "revive-node", victim], capture_output=True, timeout=180)
 
 
 @pytest.mark.parametrize("requeue", [False, True], ids=["ends", "requeues"])

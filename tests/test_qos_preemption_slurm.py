@@ -18,8 +18,9 @@ import pytest
 
 from tests.conftest import SLURM_LOCAL, _why_no_slurm
 from tests.jobhelpers import hpc, status
-from tests.test_cluster_failures_slurm import HELD, SPEC, _progress, _wait_results, _wait_until
-from tests.test_preemption_slurm import HERE, PROFILE, Job, _finish, _start_straight_runs, _straight_results
+from tests.test_cluster_failures_slurm import (HELD, SPEC, _progress, _wait_results, _wait_until,
+                                              assert_preempted_once_and_resumed)
+from tests.test_preemption_slurm import HERE, PROFILE, Job, _start_straight_runs, _straight_results
 
 pytestmark = pytest.mark.slurm
 # its own folder and ports: the main cluster (/tmp/hpc-slurm, 6817, 17001-17003) keeps running beside it
@@ -96,23 +97,16 @@ def test_qos_preempted_jobs_checkpoint_requeue_and_resume_bitwise_with_and_witho
     would not); QOS "lowzero": SLURM kills and requeues it, and it resumes from its last periodic checkpoint."""
     grace, zero = _profile(project, "grace", "low"), _profile(project, "zero", "lowzero")
     straight = _start_straight_runs(project, {"ddp": {**SPEC, "sleep": 0}})
-    jobs = [Job(project, "grace-srun", {**HELD, "hide_slurm": True}, [], ["-p", grace]),
-            Job(project, "zero-torchrun", HELD, [], ["-p", zero, "-N", "1", "--launcher", "torchrun",
-                                                     "--nproc", "2"])]
+    # the launchers the other way round from the partition test's (srun with, torchrun without a grace time)
+    jobs = [Job(project, "grace-torchrun", {**HELD, "hide_slurm": True}, [],
+                ["-p", grace, "--launcher", "torchrun", "--nproc", "1"]),
+            Job(project, "zero-srun", HELD, [], ["-p", zero, "-N", "1", "--ntasks-per-node", "2"])]
     _wait_until("4 steps of every job", lambda: all(_progress(j) >= 4 for j in jobs), 240)
     preemptor = subprocess.run(["sbatch", "--parsable", "--qos", "high", "-N3", "--exclusive", "-J", "preemptor",
                                 f"--output={project}/preemptor-%j.out", "--wrap", "sleep 3"], check=True,
                                capture_output=True, text=True).stdout.strip().split(";")[0]
     _wait_results(jobs, 300)
-    want = _straight_results(project, straight)["ddp"]
-    for job in jobs:
-        done = _finish(project, job, want)  # `hpc wait` on this cluster
-        assert [a[0] for a in done["result"]["attempts"]] == [0, 1], (job.name, done["result"]["attempts"])
-        if job.name.startswith("grace"):
-            assert "stop requested (TERM)" in done["logs"] and "requeued SLURM job" in done["logs"], done["logs"]
-            assert "(preempted at " in done["logs"], done["logs"]
-        else:  # SLURM requeued it; the job script must not requeue it a second time
-            assert "requeued SLURM job" not in done["logs"], done["logs"]
+    assert_preempted_once_and_resumed(project, jobs, _straight_results(project, straight)["ddp"])
 
     # accounting from slurmdbd (-D: every attempt): the preemptor ran in QOS high; SLURM ended the zero-grace attempt
     # as PREEMPTED and requeued it
