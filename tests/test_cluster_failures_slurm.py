@@ -20,9 +20,10 @@ SPEC = {"strategy": "ddp", "steps": 16, "save_every": 4, "sleep": 0.3}
 HELD = {**SPEC, "hold_at": 4}  # the first attempt waits at step 4 (checkpointed) for what the test does to it
 
 
-def _profile(project: Path, name: str, partition: str) -> str:
-    # --exclusive: a job holds its nodes whole, so the high-tier job has to take them
-    (project / f"{name}.yaml").write_text(f"name: {name}\nextends: ./preempt-test.yaml\npartition: {partition}\n"
+def exclusive_profile(project: Path, name: str, where: str) -> str:
+    """A profile whose jobs hold their nodes whole (so a high-tier job has to take them), `where` a YAML line
+    such as "partition: lowgrace" or "qos: low"."""
+    (project / f"{name}.yaml").write_text(f"name: {name}\nextends: ./preempt-test.yaml\n{where}\n"
                                           "sbatch_extra: ['--exclusive']\n")
     return f"./{name}.yaml"
 
@@ -52,7 +53,8 @@ def test_preempted_jobs_checkpoint_requeue_and_resume_bitwise_with_and_without_g
     """With a grace time the ranks checkpoint on SLURM's TERM and the job script requeues the job (SLURM would
     not); without one SLURM kills and requeues it, and the job resumes from its last periodic checkpoint.
     The grace-time ranks cannot run SLURM's commands (as in a container): the requeue comes from the host."""
-    grace, nograce = _profile(project, "grace", "lowgrace"), _profile(project, "nograce", "low")
+    grace = exclusive_profile(project, "grace", "partition: lowgrace")
+    nograce = exclusive_profile(project, "nograce", "partition: low")
     straight = _start_straight_runs(project, {"ddp": {**SPEC, "sleep": 0}})
     # torchrun with and srun without a grace time: tests/test_qos_preemption_slurm.py (the same job script path)
     jobs = [Job(project, "grace-srun", {**HELD, "hide_slurm": True}, [], ["-p", grace]),
@@ -78,8 +80,8 @@ def assert_preempted_once_and_resumed(project: Path, jobs: list[Job], want: dict
 
 
 def test_a_cancelled_job_stays_cancelled_in_a_partition_with_grace_time(project):
-    job = Job(project, "cancelled", HELD, [], ["-p", _profile(project, "grace", "lowgrace"),
-                                                                   "-N", "1"])
+    job = Job(project, "cancelled", HELD, [], ["-p", exclusive_profile(project, "grace", "partition: lowgrace"),
+                                               "-N", "1"])
     _wait_until("4 steps", lambda: _progress(job) >= 4, 240)
     hpc(project, "cancel", job.id, check=True)
     proc = hpc(project, "wait", job.id, timeout=120)

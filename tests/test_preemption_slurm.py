@@ -104,11 +104,16 @@ def _drive(jobs: list[Job], timeout: float) -> None:
     pytest.fail("jobs did not finish: " + ", ".join(f"{j.name} sent {j.sent}" for j in jobs))
 
 
+def make_project(folder: Path) -> Path:
+    """A folder with the training script and the preempt-test profile."""
+    shutil.copy(HERE / "resume_worker.py", folder)
+    (folder / "preempt-test.yaml").write_text(PROFILE)
+    return folder
+
+
 @pytest.fixture
 def project(slurm, tmp_path):
-    shutil.copy(HERE / "resume_worker.py", tmp_path)
-    (tmp_path / "preempt-test.yaml").write_text(PROFILE)
-    return tmp_path
+    return make_project(tmp_path)
 
 
 def _finish(project: Path, job: Job, straight: dict) -> dict:

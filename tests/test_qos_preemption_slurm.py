@@ -12,15 +12,14 @@ import os
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import SLURM_LOCAL, _why_no_slurm
 from tests.jobhelpers import hpc, status
 from tests.test_cluster_failures_slurm import (HELD, SPEC, _progress, _wait_results, _wait_until,
-                                              assert_preempted_once_and_resumed)
-from tests.test_preemption_slurm import HERE, PROFILE, Job, _start_straight_runs, _straight_results
+                                              assert_preempted_once_and_resumed, exclusive_profile)
+from tests.test_preemption_slurm import Job, _start_straight_runs, _straight_results, make_project
 
 pytestmark = pytest.mark.slurm
 # its own folder and ports: the main cluster (/tmp/hpc-slurm, 6817, 17001-17003) keeps running beside it
@@ -65,16 +64,7 @@ def qos_slurm():
 @pytest.fixture
 def project(qos_slurm, tmp_path):
     """As test_preemption_slurm's, on the QOS cluster (the main cluster is not needed)."""
-    shutil.copy(HERE / "resume_worker.py", tmp_path)
-    (tmp_path / "preempt-test.yaml").write_text(PROFILE)
-    return tmp_path
-
-
-def _profile(project: Path, name: str, qos: str) -> str:
-    # --exclusive: a job holds its nodes whole, so the high-QOS job has to take them
-    (project / f"{name}.yaml").write_text(f"name: {name}\nextends: ./preempt-test.yaml\nqos: {qos}\n"
-                                          "sbatch_extra: ['--exclusive']\n")
-    return f"./{name}.yaml"
+    return make_project(tmp_path)
 
 
 def _sacct(job_id: str, *flags: str) -> list[str]:
@@ -95,7 +85,8 @@ def _assert_accounting(job_id: str, want: list[str], *flags: str) -> None:
 def test_qos_preempted_jobs_checkpoint_requeue_and_resume_bitwise_with_and_without_grace_time(project):
     """QOS "low" (GraceTime=30): the ranks checkpoint on SLURM's TERM and the job script requeues the job (SLURM
     would not); QOS "lowzero": SLURM kills and requeues it, and it resumes from its last periodic checkpoint."""
-    grace, zero = _profile(project, "grace", "low"), _profile(project, "zero", "lowzero")
+    grace = exclusive_profile(project, "grace", "qos: low")
+    zero = exclusive_profile(project, "zero", "qos: lowzero")
     straight = _start_straight_runs(project, {"ddp": {**SPEC, "sleep": 0}})
     # the launchers the other way round from the partition test's (srun with, torchrun without a grace time)
     jobs = [Job(project, "grace-torchrun", {**HELD, "hide_slurm": True}, [],
