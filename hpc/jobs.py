@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import secrets
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from hpc.errors import HpcError
 
@@ -155,16 +157,17 @@ def _index_entries() -> list[tuple[float, str, str]]:
     return sorted(out, reverse=True)
 
 
-def recent(limit: int) -> list[JobRecord]:
-    records = []
+def iter_recent() -> Iterator[JobRecord]:
+    """Records, newest first, each loaded only when asked for: a caller that stops early reads no more."""
     for _, _, job_dir in _index_entries():
         try:
-            records.append(load_dir(Path(job_dir)))
+            yield load_dir(Path(job_dir))
         except HpcError:
             continue  # a deleted job folder
-        if len(records) >= limit:
-            break
-    return records
+
+
+def recent(limit: int) -> list[JobRecord]:
+    return list(itertools.islice(iter_recent(), limit))
 
 
 def array_indices(spec: str) -> list[int]:

@@ -54,9 +54,11 @@ def read(job_dir: str | os.PathLike) -> Timings | None:
 
 def warn_from_history(name: str, profile: str, lead_time: float, history: int = 50) -> str | None:
     """At submit: what the newest earlier job of this name and profile measured, if lead_time is too short."""
+    import itertools
+
     from hpc import jobs
 
-    for record in jobs.recent(history):
+    for record in itertools.islice(jobs.iter_recent(), history):
         if record.name != name or record.profile != profile:
             continue
         timings = read(record.dir)

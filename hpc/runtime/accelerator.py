@@ -396,7 +396,7 @@ class Accelerator:
     def _after_hang(self, summary: str) -> None:
         # any rank may ask (the job script's request file is one); scontrol for a function only from the rank
         # that wrote the verdict: rank 0 may be the frozen one
-        if self._hang_requeue and (os.environ.get("HPC_REQUEUE_FILE") or self._watchdog.wrote_summary or (
+        if self._hang_requeue and (preemption.job_script_requeues() or self._watchdog.wrote_summary or (
                 self._watchdog.report_dir is None and self.is_main_process)):
             _, said = preemption.requeue(int(self._preemption.get("max_requeues", 3)), f"hang: {summary}")
             preemption.log(f"hang_requeue: {said}")
@@ -472,10 +472,8 @@ class Accelerator:
         folder = self.save_state(async_save=False)
         requeued = False
         if self.is_main_process:
-            # TERM is a cancel unless SLURM preempted the job; hpc's job script finds that out itself after the
-            # step, from the host, but a submitit function has no such script around it
-            preempted = self._stop_code == preemption.STOP and not os.environ.get("HPC_REQUEUE_FILE") \
-                and preemption.preempted()
+            # TERM is a cancel unless SLURM preempted the job
+            preempted = self._stop_code == preemption.STOP and preemption.preempted_without_job_script()
             said = "exiting"
             if self._stop_code == preemption.REQUEUE or preempted:
                 # a preempted job comes back whatever max_requeues says, as SLURM's own requeue would bring it

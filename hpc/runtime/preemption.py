@@ -91,9 +91,8 @@ def requeue(max_requeues: int | None, why: str) -> tuple[bool, str]:
     in words for the log."""
     if max_requeues is not None and requeue_count() >= max_requeues:
         return False, f"not requeued: it has been requeued {requeue_count()} times (max_requeues={max_requeues})"
-    asked = os.environ.get("HPC_REQUEUE_FILE")
-    if asked:  # hpc's job script (SLURM or local) requeues once the ranks have exited, from outside any container
-        Path(asked).write_text(why + "\n")
+    if job_script_requeues():  # once the ranks have exited, from outside any container
+        Path(os.environ["HPC_REQUEUE_FILE"]).write_text(why + "\n")
         return True, "the job script will requeue it"
     target = _slurm_target()
     if target:  # a submitit function: no script of ours around the ranks, so this rank asks SLURM itself
@@ -108,10 +107,17 @@ def requeue(max_requeues: int | None, why: str) -> tuple[bool, str]:
     return False, "not requeued: no scheduler and no job script (started by hand)"
 
 
-def preempted() -> bool:
-    """Whether SLURM chose this job for preemption: its TERM then means "make room", not "cancel"."""
+def job_script_requeues() -> bool:
+    """Whether hpc's job script (SLURM or local) runs around the ranks: it requeues when asked through
+    HPC_REQUEUE_FILE, and finds out by itself when SLURM preempted the job."""
+    return bool(os.environ.get("HPC_REQUEUE_FILE"))
+
+
+def preempted_without_job_script() -> bool:
+    """Whether SLURM chose this job for preemption (its TERM then means "make room", not "cancel") and no job
+    script of hpc's will requeue it (a submitit function): then this process must."""
     target = _slurm_target()
-    if not target:
+    if not target or job_script_requeues():
         return False
     from hpc.slurm.commands import Slurm
 
