@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import math
 import re
-import shlex
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -52,77 +49,30 @@ class Job:
         return "".join(p.read_text(errors="replace") for p in files)
 
     def cancel(self) -> None:
-        from hpc.executors import for_scheduler
+        from hpc import backends
 
-        for_scheduler(self.record.scheduler).cancel(self.record)
+        backends.for_record(self.record).cancel(self.record)
 
     def __repr__(self) -> str:
         return f"Job({self.id!r}, {self.record.profile!r}, {str(self.job_dir)!r})"
 
 
-class FunctionJob:
-    """A Python function running through submitit; every task has the standard rendezvous variables."""
+class FunctionJob(Job):
+    """A submitted Python function: a Job whose ranks each return a value."""
 
-    def __init__(self, submitit_job, record=None):
-        self.submitit_job, self.record = submitit_job, record
+    def result(self, timeout: float | None = None) -> Any:
+        """Rank 0's return value (waits for the job); raises hpc.functions.FunctionFailed if it raised."""
+        from hpc import functions
 
-    @property
-    def id(self) -> str:
-        return str(self.submitit_job.job_id)
+        self.wait(timeout)
+        return functions.read_result(self.job_dir, 0)
 
-    def state(self) -> str:
-        return self.submitit_job.state
+    def results(self, timeout: float | None = None) -> list:
+        """Every rank's return value, by rank."""
+        from hpc import functions
 
-    def result(self) -> Any:
-        """Rank 0's return value (waits for the job)."""
-        return self.submitit_job.result()
-
-    def results(self) -> list:
-        """Every task's return value, by rank."""
-        return self.submitit_job.results()
-
-    def wait(self, timeout: float | None = None) -> int:
-        self.submitit_job.wait()
-        return 0 if self.submitit_job.state in ("COMPLETED", "FINISHED", "DONE") else 1
-
-    def logs(self) -> str:
-        return self.submitit_job.stdout() or ""
-
-    def cancel(self) -> None:
-        self.submitit_job.cancel()
-
-
-class _WithRendezvous:
-    """Picklable wrapper: set the rendezvous variables in each task (and the job's runtime settings, as a
-    script job has them: preemption, precision, strategy), then call the user's function."""
-
-    def __init__(self, fn: Callable, runtime_config: str | None = None):
-        self.fn, self.runtime_config = fn, runtime_config
-
-    def __call__(self, *args, **kwargs):
-        import os
-
-        from hpc.render import RUNTIME_CONFIG_ENV
-        from hpc.rendezvous import export_from_submitit
-
-        export_from_submitit()
-        if self.runtime_config:
-            os.environ.setdefault(RUNTIME_CONFIG_ENV, self.runtime_config)
-        return self.fn(*args, **kwargs)
-
-    def checkpoint(self, *args, **kwargs):
-        """submitit's Checkpointable hook, called when its signal lands before the training loop took the
-        signal over (or in a function without an Accelerator): run the same call again after the requeue.
-        An Accelerator with auto_resume continues from its newest checkpoint. A function with a checkpoint()
-        of its own decides."""
-        import submitit
-
-        if callable(getattr(self.fn, "checkpoint", None)):
-            again = self.fn.checkpoint(*args, **kwargs)
-            if again is not None:
-                again.function = _WithRendezvous(again.function, self.runtime_config)
-            return again
-        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+        self.wait(timeout)
+        return [functions.read_result(self.job_dir, r) for r in functions.result_ranks(self.job_dir)]
 
 
 def _effective(profile: str | None, keys: dict) -> Effective:
@@ -131,63 +81,31 @@ def _effective(profile: str | None, keys: dict) -> Effective:
 
 
 def submit(target: str | Callable, *args: Any, profile: str | None = None, snapshot: bool = True,
-           wait: bool = False, **keys: Any) -> Job | FunctionJob:
+           wait: bool = False, **keys: Any) -> Job:
     """Submit a script (``"train.py"``), a command, or a Python function.
 
     ``keys`` are job keys as in a job file (nodes=2, nproc_per_node=2, time="00:30:00", ...).
-    A function runs once per process, through submitit, with RANK, WORLD_SIZE, LOCAL_RANK,
-    MASTER_ADDR and MASTER_PORT set; ``args`` are its arguments.
+    A function runs once per process with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set, as a
+    script would; ``args`` are its arguments. Its job is like any other: `hpc list`, `hpc logs`, `hpc cancel`.
     """
-    if callable(target):
-        job = _submit_function(target, args, profile, keys)
-    else:
-        from hpc.submission import submit as submit_job
+    from hpc.submission import submit as submit_job
 
+    argv = [sys.argv[0], "hpc.submit()"]
+    if callable(target):
+        from hpc import functions
+
+        name = re.sub(r"[^A-Za-z0-9._+-]", "-", getattr(target, "__name__", "function")).strip("-._+") or "function"
+        effective = _effective(profile, {"job_name": name, **keys, "module": functions.MODULE})
+        record = submit_job(effective, argv=argv, take_snapshot=snapshot, kind="function",
+                            extra_files={functions.CALL_FILE: functions.pickle_call(target, args, {})})
+        job = FunctionJob(record)
+    else:
         target = str(target)
         kind = "script" if target.endswith(".py") else "command"
         keys = {**keys, kind: target if kind == "script" else [target]}
         if args:
             keys["args"] = [str(a) for a in args]
-        record = submit_job(_effective(profile, keys), argv=[sys.argv[0], "hpc.submit()"], take_snapshot=snapshot)
-        job = Job(record)
+        job = Job(submit_job(_effective(profile, keys), argv=argv, take_snapshot=snapshot, kind=kind))
     if wait:
         job.wait()
     return job
-
-
-def _submit_function(fn: Callable, args: tuple, profile: str | None, keys: dict) -> FunctionJob:
-    import submitit
-
-    from hpc import jobs
-    from hpc.render import dependency, gpu_request, runtime_config
-    from hpc.slurm import formats
-
-    name = re.sub(r"[^A-Za-z0-9._+-]", "-", getattr(fn, "__name__", "function")).strip("-._+") or "function"
-    effective = _effective(profile, {"job_name": name, **keys})
-    job, prof = effective.job, effective.profile
-    job_dir = jobs.new_job_dir(job.output_dir, job.job_name)
-    minutes = math.ceil((formats.parse_time(job.time) or 0) / 60) or 60 * 24 * 365
-    if prof.scheduler == "local":
-        executor = submitit.LocalExecutor(folder=str(job_dir / "submitit"))
-        executor.update_parameters(timeout_min=minutes, nodes=1, tasks_per_node=job.nproc_per_node)
-    else:
-        executor = submitit.SlurmExecutor(folder=str(job_dir / "submitit"))
-        setup = [f"module load {m}" for m in prof.modules] + list(prof.setup)
-        env = {**prof.env, **job.env}
-        if prof.network_interface:
-            env.update(NCCL_SOCKET_IFNAME=prof.network_interface, GLOO_SOCKET_IFNAME=prof.network_interface)
-        setup += [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
-        params: dict[str, Any] = dict(
-            job_name=job.job_name, time=minutes, nodes=job.nodes, ntasks_per_node=job.nproc_per_node,
-            cpus_per_task=job.cpus_per_task, partition=job.partition, account=job.account, qos=job.qos,
-            constraint=job.constraint, mem=job.mem, mem_per_gpu=job.mem_per_gpu, setup=setup,
-            signal_delay_s=prof.preemption.lead_time, stderr_to_stdout=True)
-        if job.gpus_per_node:
-            key, value = gpu_request(job, prof)
-            params[key.replace("-", "_")] = value  # submitit's gres / gpus_per_node
-        if job.after:
-            params["dependency"] = dependency(job)
-        executor.update_parameters(**{k: v for k, v in params.items() if v not in (None, [], "")})
-    runtime = job_dir / "runtime.json"
-    runtime.write_text(json.dumps(runtime_config(effective), indent=2) + "\n")
-    return FunctionJob(executor.submit(_WithRendezvous(fn, str(runtime)), *args))

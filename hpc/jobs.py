@@ -1,11 +1,5 @@
-"""Job records: one folder per job, found again through an index that is never overwritten.
-
-    <output_dir>/<name>-<YYYYmmdd-HHMMSS>-<hex>/
-        job.sbatch | job.sh, hostfile, runtime.json   what was submitted (hpc.render)
-        effective.json                                every value and where it came from
-        record.json                                   id, scheduler, profile, submit command, snapshot
-        code/                                         the code snapshot the job runs from
-        logs/, tasks/                                 written by the job itself
+"""Job records: one folder per job (its names: ``hpc.layout``), found again through an index that is never
+overwritten. Script, command and function jobs alike.
 """
 
 from __future__ import annotations
@@ -20,9 +14,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from hpc import layout
 from hpc.errors import HpcError
 
-RECORD = "record.json"
+RECORD = layout.RECORD
 
 
 def _data_dir() -> Path:
@@ -44,6 +39,7 @@ class JobRecord:
     array: list[int] | None = None  # array task ids; None for a plain job
     snapshot: dict = field(default_factory=dict)
     local: dict = field(default_factory=dict)  # pid and start time of a local job
+    kind: str = "script"  # script | module | command | function
 
     @property
     def dir(self) -> Path:
@@ -52,11 +48,6 @@ class JobRecord:
     @property
     def tasks(self) -> list[str]:
         return [str(t) for t in self.array] if self.array is not None else ["0"]
-
-    def log_tag(self, task: str) -> str:
-        if self.scheduler == "local":
-            return "local"
-        return f"{self.job_id}_{task}" if self.array is not None else self.job_id
 
     def mark(self, name: str) -> None:
         """A marker file next to the record (e.g. 'cancelled'); the record itself stays as written."""
@@ -68,7 +59,7 @@ class JobRecord:
     def lost_nodes(self) -> list[str]:
         """Nodes the job script saw die under this job (tasks/<task>.lost_nodes, a line per loss)."""
         names = set()
-        for path in (self.dir / "tasks").glob("*.lost_nodes"):
+        for path in Path(layout.JobFolder(self.dir).tasks()).glob(f"*.{layout.TaskFile.LOST_NODES}"):
             try:
                 names.update(",".join(path.read_text().split()).split(","))
             except OSError:
@@ -77,7 +68,7 @@ class JobRecord:
 
     def hang_summary(self) -> str | None:
         """The hang watchdog's verdict (hang/<task>/summary.txt, written by the job's lowest stuck rank)."""
-        for path in sorted((self.dir / "hang").glob("*/summary.txt")):
+        for path in sorted((self.dir / layout.HANG).glob("*/summary.txt")):
             try:
                 return path.read_text().strip()
             except OSError:

@@ -1,13 +1,12 @@
 """Render a job into the text SLURM (or this machine) runs: the batch script, a hostfile, the runtime config.
 
-``render()`` is the one code path behind ``hpc render``, ``hpc submit --dry-run`` and ``hpc submit``:
-what a dry run shows is byte for byte what gets submitted.
+``render()`` is what a backend's plan is made of (``hpc.backends``): the plan is the one code path behind
+``hpc render``, ``hpc submit --dry-run`` and ``hpc submit``, so a dry run shows byte for byte what gets submitted.
+Everything that differs between schedulers comes from the backend.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
 import sys
 from dataclasses import dataclass, field
@@ -15,22 +14,16 @@ from pathlib import Path
 
 import jinja2
 
+from hpc import layout
 from hpc import sweep as sweeps
 from hpc.config.precedence import Effective
 from hpc.config.schema import ClusterProfile, JobSpec
-from hpc.config.training import training_values
-from hpc.config.validate import to_plain
 from hpc.errors import HpcError
 from hpc.resources import search_path, user_cache_dir
-from hpc.slurm import formats, hostlist
-
-RUNTIME_CONFIG_ENV = "HPC_RUNTIME_CONFIG"
-SCRIPT_NAME = {"slurm": "job.sbatch", "local": "job.sh"}
-
 
 @dataclass(frozen=True)
 class SbatchRequest:
-    """Everything a submission needs; ``materialize`` writes it into the job folder."""
+    """What ``render`` makes of a job; a backend's ``Plan`` adds the folder and the submit command."""
 
     script: str
     script_name: str
@@ -39,29 +32,7 @@ class SbatchRequest:
     runtime_config: dict
     effective: Effective
     directives: list[str] = field(default_factory=list)
-
-    def files(self) -> dict[str, str]:
-        out = {self.script_name: self.script, "runtime.json": json.dumps(self.runtime_config, indent=2) + "\n"}
-        if self.hostfile is not None:
-            out["hostfile"] = self.hostfile
-        return out
-
-    def materialize(self, job_dir: str | Path) -> list[Path]:
-        """Write the files; never over an existing one (a job folder is a record, not a scratch pad)."""
-        job_dir = Path(job_dir)
-        job_dir.mkdir(parents=True, exist_ok=True)
-        written = []
-        for name, text in self.files().items():
-            target = job_dir / name
-            if target.exists():
-                raise HpcError(f"{target} already exists", fix="choose another output folder, or remove it first")
-            tmp = target.with_name(f".{name}.tmp{os.getpid()}")
-            tmp.write_text(text)
-            if name == self.script_name:
-                tmp.chmod(0o755)
-            os.replace(tmp, target)
-            written.append(target)
-        return written
+    array: list[int] | None = None  # array task ids; None for a plain job
 
 
 def shell_quote(value) -> str:
@@ -96,12 +67,10 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def template_name(job: JobSpec, profile: ClusterProfile) -> str:
+def template_name(job: JobSpec, backend) -> str:
     if job.template:
         return job.template if job.template.endswith(".j2") else f"{job.template}.j2"
-    if profile.scheduler == "local":
-        return "local.sh.j2"
-    return f"{job.launcher}.sbatch.j2"
+    return backend.template(job)
 
 
 def python(profile: ClusterProfile) -> str:
@@ -139,9 +108,8 @@ def container_args(profile: ClusterProfile, job: JobSpec) -> tuple[list[str], li
     c = profile.container
     if c is None:
         return [], []
-    if job.launcher == "deepspeed" or profile.scheduler == "local" and c.runtime == "pyxis":
-        raise HpcError(f"the {c.runtime} container cannot be combined with the {job.launcher} launcher"
-                       f"{' on a local profile' if profile.scheduler == 'local' else ''}",
+    if job.launcher == "deepspeed":
+        raise HpcError(f"the {c.runtime} container cannot be combined with the {job.launcher} launcher",
                        fix="use the srun or torchrun launcher, or drop 'container' from the profile")
     if c.runtime == "pyxis":
         flags = [f"--container-image={c.image}"]
@@ -154,67 +122,12 @@ def container_args(profile: ClusterProfile, job: JobSpec) -> tuple[list[str], li
     return [], wrap + list(c.options) + [c.image]
 
 
-def gpu_request(job: JobSpec, profile: ClusterProfile) -> tuple[str, str]:
-    """(sbatch option, value) asking for the job's GPUs, as the profile's site spells it."""
-    typed = f"{profile.gpu_type}:" if profile.gpu_type else ""
-    if profile.gres_style == "gres":
-        return "gres", f"gpu:{typed}{job.gpus_per_node}"
-    return "gpus-per-node", f"{typed}{job.gpus_per_node}"
-
-
-def dependency(job: JobSpec) -> str:
-    """``--after 12:afterany --after 13`` -> ``afterany:12,afterok:13`` (checks.after wrote JOB:TYPE)."""
-    return ",".join(f"{kind}:{jid}" for jid, kind in (a.split(":") for a in job.after))
-
-
-def directives(job: JobSpec, profile: ClusterProfile, job_dir: str, n_sweep: int) -> list[str]:
-    """The #SBATCH options, each already checked to be free of shell and whitespace characters."""
-    d = [f"--job-name={job.job_name}", f"--nodes={job.nodes}", f"--ntasks-per-node={job.ntasks_per_node}"]
-    if job.cpus_per_task:
-        # cpus_per_task is per process; an agent (torchrun, deepspeed) task holds all of its node's processes
-        per_task = job.cpus_per_task * (job.nproc_per_node if job.launcher != "srun" else 1)
-        d.append(f"--cpus-per-task={per_task}")
-    if job.gpus_per_node:
-        key, value = gpu_request(job, profile)
-        d.append(f"--{key}={value}")
-    if job.mem:
-        d.append(f"--mem={job.mem}")
-    if job.mem_per_gpu:
-        d.append(f"--mem-per-gpu={job.mem_per_gpu}")
-    d.append(f"--time={formats.format_time(formats.parse_time(job.time))}")
-    for key in ("partition", "account", "qos", "constraint", "reservation", "nodelist"):
-        value = getattr(job, key)
-        if value:
-            d.append(f"--{key}={value}")
-    array = f"0-{n_sweep - 1}" if n_sweep else job.array
-    if array:
-        d.append(f"--array={array}")
-    if job.after:
-        d.append(f"--dependency={dependency(job)}")
-    if job.env_passthrough is not None:
-        d.append("--export=" + (",".join(job.env_passthrough) or "NONE"))
-    pattern = "%x-%A_%a" if array else "%x-%j"
-    d.append(f"--output={job_dir}/logs/{pattern}.out")
-    d.append("--open-mode=append")  # a requeued job appends to its log instead of truncating it
-    pre = profile.preemption
-    d.append(f"--signal=B:{pre.signal}@{pre.lead_time}")
-    d.append("--requeue" if pre.requeue else "--no-requeue")
-    d.extend(profile.sbatch_extra)
-    return d
-
-
-def _hostfile(job: JobSpec, profile: ClusterProfile, env: jinja2.Environment) -> str | None:
+def _hostfile(job: JobSpec, profile: ClusterProfile, backend) -> str | None:
     """Rendered now when the hosts are known (a --nodelist, or this machine); otherwise the job writes it."""
-    if profile.scheduler == "local":
-        hosts = ["localhost"]
-    elif job.nodelist:
-        hosts = hostlist.expand(job.nodelist)
-        if len(hosts) != job.nodes:
-            raise HpcError(f"--nodelist {job.nodelist} names {len(hosts)} hosts but --nodes is {job.nodes}",
-                           fix="make them agree")
-    else:
+    hosts = backend.known_hosts(job)
+    if hosts is None:
         return None
-    return env.get_template(f"hostfile.{profile.hostfile_format}.j2").render(hosts=hosts, slots=job.nproc_per_node)
+    return layout.hostfile_text(hosts, job.nproc_per_node, profile.hostfile_format)
 
 
 # After a task fails, how long the other tasks get to end (srun's --kill-on-bad-exit kills them at once) before
@@ -223,49 +136,33 @@ LOST_NODE_AFTER_S = 20
 NODE_PROBE_TIMEOUT_S = 10
 
 
-def runtime_config(effective: Effective) -> dict:
-    """What the job's processes read back (contract 2): one file named by HPC_RUNTIME_CONFIG."""
-    job, profile = effective.job, effective.profile
-    return {
-        "version": 1,
-        "profile": profile.name,
-        "scheduler": profile.scheduler,
-        "job_name": job.job_name,
-        "launcher": job.launcher,
-        "nodes": job.nodes,
-        "nproc_per_node": job.nproc_per_node,
-        "elastic": job.elastic,
-        "max_restarts": job.max_restarts,
-        "preemption": to_plain(profile.preemption),
-        "mixed_precision": job.mixed_precision,
-        "gradient_accumulation_steps": job.gradient_accumulation_steps,
-        "network_interface": profile.network_interface,
-        **training_values(job),
-    }
-
-
-def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None = None) -> SbatchRequest:
+def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None = None,
+           backend=None) -> SbatchRequest:
     """``workdir``: where the job runs (the code snapshot); None leaves it to sbatch (the submit folder)."""
+    from hpc import backends, jobs, runtime_config
+
     job, profile = effective.job, effective.profile
+    backend = backend or backends.for_profile(profile)
     job_dir = str(Path(job_dir).absolute())
     if any(c.isspace() or c in "'\"$`\\;" for c in job_dir):
         raise HpcError(f"job folder {job_dir!r} holds whitespace or shell characters",
                        fix="set output_dir (or -o) to a path without them")
     sweep = sweeps.load(job.sweep) if job.sweep else []
-    if sweep and profile.scheduler == "local":
-        raise HpcError("sweeps need a SLURM profile (each task is an array task)", fix="choose a SLURM --profile")
+    backend.check(job, profile, len(sweep))
+    array_spec = f"0-{len(sweep) - 1}" if sweep else job.array
     env = _environment()
-    name = template_name(job, profile)
+    name = template_name(job, backend)
     try:
         template = env.get_template(name)
     except jinja2.TemplateNotFound:
-        known = sorted(t for t in env.list_templates() if t.endswith(".j2") and not t.startswith(("_", "hostfile.")))
+        known = sorted(t for t in env.list_templates() if t.endswith(".j2") and not t.startswith("_"))
         raise HpcError(f"no job template named {name!r}",
                        fix=f"use one of {', '.join(known)}, or put {name} in ./job_templates") from None
-    hostfile = _hostfile(job, profile, env)
-    dirs = directives(job, profile, job_dir, len(sweep)) if profile.scheduler == "slurm" else []
+    hostfile = _hostfile(job, profile, backend)
+    dirs = backend.directives(job, profile, job_dir, array_spec)
     srun_flags, wrap = container_args(profile, job)
     signals = [profile.preemption.signal] + [s for s in ("TERM", "INT") if s != profile.preemption.signal]
+    folder = layout.JobFolder("$HPC_JOB_DIR")  # the job's own view: bash expands the root and the task
     context = {
         "job": job,
         "python": python(profile),
@@ -278,7 +175,7 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         # an ignored signal stays ignored across exec, and a handler installed later still wins
         "ignore_early_signal": (f'trap "" {profile.preemption.signal}; '
                                 if profile.preemption.signal not in ("TERM", "INT") else ""),
-        "hostfile_slots_suffix": f":{job.nproc_per_node}" if profile.hostfile_format == "mpi" else f" slots={job.nproc_per_node}",
+        "hostfile_slots_suffix": layout.hostfile_suffix(job.nproc_per_node, profile.hostfile_format),
         "profile": profile,
         "job_dir": job_dir,
         "workdir": str(workdir) if workdir else None,
@@ -286,17 +183,25 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         "target": target_argv(job, profile),
         "sweep": [sweeps.as_args(t) for t in sweep],
         "hostfile_rendered": hostfile is not None,
-        "runtime_config_env": RUNTIME_CONFIG_ENV,
+        "runtime_config_env": layout.RUNTIME_CONFIG_ENV,
+        "runtime_config_file": layout.RUNTIME_CONFIG,
         "world_size": job.nodes * job.nproc_per_node,
         "container": profile.container,
+        "folder": folder,
+        "hostfile_name": layout.HOSTFILE,
+        **backend.template_context(),
+        "TaskFile": layout.TaskFile,
+        "port_of": layout.port_formula,
         # The task's shell outlives a TERM (trapped, so the program still gets the default) to note how the
         # program ended: a node that dies notes nothing, which is how the batch script tells it is lost.
-        "run_and_note_end": ('trap : TERM INT; "$@"; rc=$?; '
-                             'echo "$rc" > "$HPC_JOB_DIR/tasks/$HPC_TASK.end.$SLURMD_NODENAME.$SLURM_PROCID"; exit "$rc"'),
+        "run_and_note_end": ('trap : TERM INT; "$@"; rc=$?; echo "$rc" > '
+                             f'"{folder.task("$HPC_TASK", layout.TaskFile.END)}.$SLURMD_NODENAME.$SLURM_PROCID"; '
+                             'exit "$rc"'),
         "lost_node_after": LOST_NODE_AFTER_S,
         "probe_timeout": NODE_PROBE_TIMEOUT_S,
     }
     script = template.render(**context).rstrip("\n") + "\n"
-    return SbatchRequest(script=script, script_name=SCRIPT_NAME[profile.scheduler], template=name,
-                         hostfile=hostfile, runtime_config=runtime_config(effective), effective=effective,
-                         directives=dirs)
+    config = runtime_config.from_effective(effective, backend.warns_before_limit).as_dict()
+    return SbatchRequest(script=script, script_name=backend.script_name, template=name, hostfile=hostfile,
+                         runtime_config=config, effective=effective, directives=dirs,
+                         array=jobs.array_indices(array_spec) if array_spec else None)

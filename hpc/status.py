@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterator
 
+from hpc import layout
 from hpc.jobs import JobRecord
 from hpc.slurm.commands import TaskState
 
@@ -17,9 +18,20 @@ _ORDER = ["RUNNING", "COMPLETING", "CONFIGURING", "PENDING", "REQUEUED", "RESIZI
 
 
 def states(record: JobRecord) -> dict[str, TaskState]:
-    from hpc.executors import for_scheduler
+    return states_of([record])[record.job_dir]
 
-    return for_scheduler(record.scheduler).states(record)
+
+def states_of(records: list[JobRecord]) -> dict[str, dict[str, TaskState]]:
+    """Job folder -> task -> state for many jobs: one scheduler query per backend, not one per job."""
+    from hpc import backends
+
+    by_backend: dict[str, list[JobRecord]] = {}
+    for record in records:
+        by_backend.setdefault(record.scheduler, []).append(record)
+    out: dict[str, dict[str, TaskState]] = {}
+    for name, group in by_backend.items():
+        out.update(backends.get(name).states(group))
+    return out
 
 
 def summarize(tasks: dict[str, TaskState]) -> tuple[str, int | None, dict[str, int]]:
@@ -62,11 +74,14 @@ def exit_code(tasks: dict[str, TaskState]) -> int:
 
 def log_files(record: JobRecord, task: str, which: str, rank: int | None = None) -> list[Path]:
     """The log files of one task: 'batch', one rank ('rank'), or every file ('all')."""
-    logs, tag = record.dir / "logs", record.log_tag(task)
-    # the batch shell's log: sbatch's %x-%j (%x-%A_%a for arrays), or the local executor's job-local.out
-    batch_name = "job-local.out" if record.scheduler == "local" else f"{record.name}-{tag}.out"
+    from hpc import backends
+
+    backend = backends.for_record(record)
+    logs, tag, folder = record.dir / layout.LOGS, backend.log_tag(record, task), layout.JobFolder
+    batch_name = backend.batch_log(record, task)
     batch = [logs / batch_name] if (logs / batch_name).exists() else []
-    ranks = sorted(logs.glob(f"rank*-{tag}.out"), key=_number) or sorted(logs.glob(f"node*-{tag}.out"), key=_number)
+    ranks = (sorted(logs.glob(folder.rank_log_name("*", tag)), key=_number)
+             or sorted(logs.glob(folder.node_log_name("*", tag)), key=_number))
     if which == "batch":
         return batch
     if which == "rank":

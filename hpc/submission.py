@@ -1,24 +1,17 @@
-"""Render, snapshot, submit and record a job: the one path behind `hpc submit` and `hpc.submit()`."""
+"""Snapshot, plan, submit and record a job: the one path behind `hpc submit` and `hpc.submit()`, for scripts,
+commands and Python functions alike."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import time
 from pathlib import Path
 
-from hpc import jobs, lead_time, snapshot
+from hpc import backends, jobs, layout, snapshot
+from hpc.backends import Plan
 from hpc.config.precedence import Effective
 from hpc.errors import HpcError
-from hpc.render import SbatchRequest, render
-
-
-@dataclasses.dataclass
-class DryRun:
-    request: SbatchRequest
-    job_dir: Path
-    command: list[str]
 
 
 def _check_script(script: str | None, where: Path, snapshot_taken: bool) -> None:
@@ -32,52 +25,45 @@ def _check_script(script: str | None, where: Path, snapshot_taken: bool) -> None
         raise HpcError(f"script {script!r} not found in {where}", fix="check the path (relative to this folder)")
 
 
-def submit(effective: Effective, *, argv: list[str], take_snapshot: bool = True, dry_run: bool = False,
-           cwd: Path | None = None):
-    """Returns a JobRecord, or a DryRun that shows exactly what would be submitted."""
-    from hpc.executors import for_scheduler
-    from hpc.slurm.commands import Slurm, check_fits, require_conf
+def _effective_json(effective: Effective) -> str:
+    values = {k: {"value": v, "source": s} for k, v, s in effective.explain_rows()}
+    return json.dumps({"profile": effective.profile.name, "profile_path": str(effective.profile_path),
+                       "values": values}, indent=2) + "\n"
 
+
+def submit(effective: Effective, *, argv: list[str], take_snapshot: bool = True, dry_run: bool = False,
+           cwd: Path | None = None, extra_files: dict[str, bytes] | None = None, kind: str | None = None
+           ) -> jobs.JobRecord | Plan:
+    """Returns the JobRecord; with ``dry_run``, the Plan that would be submitted (its folder not yet named)."""
     cwd = (cwd or Path.cwd()).resolve()
     job, profile = effective.job, effective.profile
+    backend = backends.for_profile(profile)
     _check_script(job.script, cwd, snapshot_taken=False)  # fail before anything is written
-    if profile.scheduler == "slurm":  # the local profile has no time limit to be warned of
-        lead_time.warn_from_history(job.job_name, profile.name, profile.preemption.lead_time)
+    backend.advise(effective)
     if dry_run:
         job_dir = Path(job.output_dir).absolute() / f"{job.job_name}-YYYYmmdd-HHMMSS-xxxx"  # named at submit
-        workdir = job_dir / "code" if take_snapshot else cwd
-        request = render(effective, job_dir, workdir)
-        script = str(job_dir / request.script_name)
-        command = (["sbatch", "--parsable", f"--chdir={workdir}", script] if profile.scheduler == "slurm"
-                   else ["bash", script])
-        return DryRun(request, job_dir, command)
-    if profile.scheduler == "slurm":
-        require_conf()
-        check_fits(Slurm(), job.partition, job.nodes, job.time, job.gpus_per_node)
+        return backend.plan(effective, job_dir, job_dir / layout.CODE if take_snapshot else cwd, extra_files)
+    backend.preflight(effective)
     job_dir = jobs.new_job_dir(job.output_dir, job.job_name)
     try:
         snap: dict = {"source": "none"}
         workdir = cwd
         if take_snapshot:
-            workdir, snap = snapshot.take(cwd, job_dir / "code", exclude_dirs=[Path(job.output_dir).absolute()],
+            workdir, snap = snapshot.take(cwd, job_dir / layout.CODE, exclude_dirs=[Path(job.output_dir).absolute()],
                                           include=job.snapshot_include, exclude=job.snapshot_exclude)
             workdir.mkdir(parents=True, exist_ok=True)
             _check_script(job.script, workdir, snapshot_taken=True)
-        request = render(effective, job_dir, workdir)
-        request.materialize(job_dir)
-        values = {k: {"value": v, "source": s} for k, v, s in effective.explain_rows()}
-        (job_dir / "effective.json").write_text(json.dumps(
-            {"profile": profile.name, "profile_path": str(effective.profile_path), "values": values}, indent=2) + "\n")
-        (job_dir / "logs").mkdir(exist_ok=True)
-        job_id, details = for_scheduler(profile.scheduler).submit(
-            str(job_dir), str(job_dir / request.script_name), str(workdir), job.time)
+        plan = backend.plan(effective, job_dir, workdir, extra_files)
+        plan.materialize()
+        (job_dir / layout.EFFECTIVE).write_text(_effective_json(effective))
+        (job_dir / layout.LOGS).mkdir(exist_ok=True)
+        job_id, details = backend.start(plan)
     except BaseException:
         shutil.rmtree(job_dir, ignore_errors=True)  # nothing was submitted: leave no half job behind
         raise
-    spec = next((d.split("=", 1)[1] for d in request.directives if d.startswith("--array=")), None)
     record = jobs.JobRecord(
-        job_id=job_id, scheduler=profile.scheduler, profile=profile.name, name=job.job_name, job_dir=str(job_dir),
-        submitted_at=time.time(), argv=argv, workdir=str(workdir), script=request.script_name,
-        array=jobs.array_indices(spec) if spec else None, snapshot=snap, local=details)
+        job_id=job_id, scheduler=backend.name, profile=profile.name, name=job.job_name, job_dir=str(job_dir),
+        submitted_at=time.time(), argv=argv, workdir=str(workdir), script=plan.script_name, array=plan.array,
+        snapshot=snap, local=details, kind=kind or ("module" if job.module else "script" if job.script else "command"))
     jobs.save(record)
     return record

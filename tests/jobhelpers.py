@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 DUMP = textwrap.dedent("""
@@ -70,3 +71,19 @@ def where_am_i(x):
 
     keys = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "HPC_RUNTIME_CONFIG"]
     return {"x": x, "host": socket.gethostname(), **{k: os.environ.get(k) for k in keys}}
+
+
+class Resumable:
+    """A function job that waits for the warning signal in its first attempt (x == 0); its checkpoint() asks
+    for x + 1 next time, as a submitit Checkpointable would."""
+
+    def __call__(self, x, started):
+        if x == 0:
+            Path(started).write_text(os.environ.get("RANK", "?"))
+            time.sleep(120)
+        return {"x": x, "restart": os.environ.get("HPC_RESTART_COUNT"), "rank": os.environ.get("RANK")}
+
+    def checkpoint(self, x, started):
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, x + 1, started)

@@ -59,25 +59,41 @@ def test_function_on_two_slurm_nodes(project, slurm):
     assert {int(r["MASTER_PORT"]) for r in results} == {int(job.id) % 4536 + 61000}
 
 
-class _OwnCheckpoint:
-    def __call__(self, x):
-        return x
+def test_a_function_job_is_a_job_like_any_other(project):
+    """Its record is listed, its logs and state are there, and the profile's settings reach it."""
+    from tests.jobhelpers import hpc as hpc_cli
 
-    def checkpoint(self, x):
-        import submitit
+    job = hpc.submit(where_am_i, 1, profile="local", env={"FROM_KEYS": "yes"})
+    assert job.result(timeout=120)["x"] == 1
+    listed = json.loads(hpc_cli(project, "list", "--json", check=True).stdout)
+    assert [(r["job_id"], r["kind"], r["state"]) for r in listed] == [(job.id, "function", "COMPLETED")]
+    assert "export FROM_KEYS=yes" in (job.job_dir / "job.sh").read_text()  # the same template as a script
 
-        return submitit.helpers.DelayedSubmission(self, x + 1)
+
+def test_a_failing_function_raises_with_the_jobs_traceback(project):
+    from hpc.functions import FunctionFailed
+
+    job = hpc.submit(int, "not a number", profile="local")
+    assert job.wait(timeout=120) == 1
+    with pytest.raises(FunctionFailed, match="invalid literal for int"):
+        job.result()
 
 
-def test_function_jobs_are_checkpointable_so_submitit_requeues_them():
-    """submitit requeues (instead of failing at its time-limit signal) only what has checkpoint(): the same
-    call again, or what the user's own checkpoint() returns, still wrapped for the rendezvous."""
-    from hpc.api import _WithRendezvous
+def test_the_warning_signal_before_an_accelerator_requeues_what_checkpoint_asks_for(project):
+    """No Accelerator has taken the signal over: rank 0 stores what the callable's checkpoint() returns, the job
+    script runs the ranks again, and they run that (x + 1) instead of starting over."""
+    import signal
+    import time
 
-    plain = _WithRendezvous(where_am_i)
-    again = plain.checkpoint(5)
-    assert again.function is plain and again.args == (5,)
-    own = _WithRendezvous(_OwnCheckpoint())
-    again = own.checkpoint(5)
-    assert isinstance(again.function, _WithRendezvous) and isinstance(again.function.fn, _OwnCheckpoint)
-    assert again.args == (6,)
+    from tests.jobhelpers import Resumable
+    from tests.test_checkpoint import _local_script_process
+
+    started = project / "started"
+    job = hpc.submit(Resumable(), 0, str(started), profile="local", nproc_per_node=2)
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        assert time.monotonic() < deadline and job.state() == "RUNNING", job.logs(rank=None)
+        time.sleep(0.1)
+    _local_script_process(job.job_dir).send_signal(signal.SIGUSR1)
+    assert job.results(timeout=120) == [{"x": 1, "restart": "1", "rank": "0"}, {"x": 1, "restart": "1", "rank": "1"}]
+    assert "function stopped by USR1" in job.logs(rank=0)

@@ -35,13 +35,16 @@ def test_shortfall_names_the_step_the_save_and_a_lead_time_that_fits():
 
 def test_a_slurm_job_whose_lead_time_is_too_short_says_so_and_records_its_timings(tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
-    (tmp_path / "runtime.json").write_text(json.dumps(
-        {"version": 1, "scheduler": "slurm", "preemption": {"signal": "USR1", "lead_time": 0.3}}))
+    from hpc.config.schema import Preemption
+    from hpc.runtime_config import RuntimeConfig
+
+    # a job under a scheduler that warns before the limit, with no lead time at all
+    RuntimeConfig(warns_before_limit=True, preemption=Preemption(lead_time=0)).write(tmp_path / "runtime.json")
     env = {**launch_env(), "HPC_RUNTIME_CONFIG": str(tmp_path / "runtime.json"), "HPC_JOB_DIR": str(tmp_path)}
     proc = subprocess.run([sys.executable, "train.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.count("warning: preemption.lead_time is 0.3 s") == 1, proc.stderr
+    assert proc.stderr.count("warning: preemption.lead_time is 0 s") == 1, proc.stderr
     measured = lead_time.read(tmp_path)
     assert measured is not None and 0.35 < measured.step_s < 5 and measured.save_s > 0
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from hpc import backends
 from hpc.config import precedence as p
-from hpc.render import render
 
 TRICKY = ["--lr", "3e-4", "it's $(touch PWNED) `touch PWNED2`", 'say "hi"; exit 1', "tab\there", "*", "$HOME",
           "", "ünïcode", "back\\slash", "--", "-n"]
@@ -58,9 +58,9 @@ def stubs(tmp: Path, srun: str = SRUN_STUB) -> dict:
 def make_job(tmp: Path, profile: str, flags: dict) -> Path:
     (tmp / "dump.py").write_text(DUMP)
     eff = p.resolve(profile, [p.flag_layer({"script": str(tmp / "dump.py"), **flags})])
-    request = render(eff, tmp / "job")
-    request.materialize(tmp / "job")
-    return tmp / "job" / request.script_name
+    plan = backends.for_profile(eff.profile).plan(eff, tmp / "job")
+    plan.materialize()
+    return tmp / "job" / plan.script_name
 
 
 def ranks(dump_dir: Path) -> list[dict]:
@@ -173,8 +173,7 @@ def test_early_signal_reaches_handlers_and_spares_unaware_ranks(in_tmp):
         open("{in_tmp}/survived" + rank, "w").close()
     """))
     eff = p.resolve("local", [p.flag_layer({"script": str(in_tmp / "ranks.py"), "nproc_per_node": 2})])
-    request = render(eff, in_tmp / "job")
-    request.materialize(in_tmp / "job")
+    backends.for_profile(eff.profile).plan(eff, in_tmp / "job").materialize()
     proc = subprocess.Popen(["bash", str(in_tmp / "job" / "job.sh")], env=run_env(in_tmp, {}), cwd=in_tmp)
     deadline = time.time() + 30
     while not ((in_tmp / "ready0").exists() and (in_tmp / "ready1").exists()):

@@ -37,31 +37,39 @@ def test_sbatch_refusal_is_one_line_with_its_message():
     assert "Invalid account or account/partition combination" in str(e.value) and "\n" not in str(e.value)
 
 
-def test_squeue_lists_array_tasks_and_forgets_finished_jobs():
-    out = "77_0|RUNNING|78|None\n77_1|RUNNING|79|None\n77_5|PENDING|77|Resources\n"
-    slurm = Slurm(Recorded([(["squeue", "-h", "-r", "-j", "77"], (0, out, "")),
+def test_squeue_lists_array_tasks_of_many_jobs_and_forgets_finished_jobs():
+    out = "77_0|RUNNING|78|None\n77_1|RUNNING|79|None\n77_5|PENDING|77|Resources\n80|PENDING|80|Priority\n"
+    slurm = Slurm(Recorded([(["squeue", "-h", "-r", "-j", "77,80"], (0, out, "")),
                             (["squeue", "-h", "-r", "-j", "5"], (1, "", "slurm_load_jobs error: Invalid job id specified\n"))]))
-    assert slurm.queue("77") == {"0": ("RUNNING", "78", "None"), "1": ("RUNNING", "79", "None"),
-                                 "5": ("PENDING", "77", "Resources")}
+    assert slurm.queue("77,80") == {"77_0": ("RUNNING", "78", "None"), "77_1": ("RUNNING", "79", "None"),
+                                    "77_5": ("PENDING", "77", "Resources"), "80": ("PENDING", "80", "Priority")}
     assert slurm.queue("5") == {}
 
 
-def test_accounting_falls_back_to_the_jobcomp_file_and_skips_older_jobs_with_the_same_id():
+def test_accounting_falls_back_to_the_jobcomp_file_and_keeps_every_job_that_had_the_id():
     no_dbd = (1, "", "sacct: error: Slurm accounting storage is disabled\n")
-    jobcomp = ("12|FAILED|3:0|2020-01-01T00:00:00\n"          # an older job 12, from before a reset
-               "12|TIMEOUT|0:15|2026-11-22T16:00:05\n")
-    slurm = Slurm(Recorded([(["sacct", "-n"], no_dbd), (["sacct", "-c"], (0, jobcomp, ""))]))
-    import datetime
-
-    since = datetime.datetime.fromisoformat("2026-11-22T16:00:00").timestamp()
-    state = slurm.accounting("12", since=since)
-    assert (state.state, state.exit_code) == ("TIMEOUT", 0)
-    assert Slurm(Recorded([(["sacct", "-n"], no_dbd), (["sacct", "-c"], (0, "", ""))])).accounting("12") is None
+    jobcomp = ("12|12|FAILED|3:0|2020-01-01T00:00:00\n"          # an older job 12, from before a reset
+               "12|12|TIMEOUT|0:15|2026-11-22T16:00:05\n")
+    slurm = Slurm(Recorded([(["sacct", "-X"], no_dbd), (["sacct", "-c"], (0, jobcomp, ""))]))
+    rows = slurm.accounting_many(["12"])
+    assert [(s.state, s.exit_code) for s, _ in rows["12"]] == [("FAILED", 3), ("TIMEOUT", 0)]
+    assert Slurm(Recorded([(["sacct", "-X"], no_dbd), (["sacct", "-c"], (0, "", ""))])).accounting_many(["12"]) == {}
 
 
-def test_accounting_reads_cancelled_by_user():
-    slurm = Slurm(Recorded([(["sacct", "-n"], (0, "9|CANCELLED by 0|0:0|2026-11-22T16:00:05\n", ""))]))
-    assert slurm.accounting("9").state == "CANCELLED"
+def test_accounting_reads_cancelled_by_user_and_array_task_ids():
+    out = "9|9|CANCELLED by 0|0:0|2026-11-22T16:00:05\n30_2|33|COMPLETED|0:0|2026-11-22T16:00:05\n"
+    rows = Slurm(Recorded([(["sacct", "-X"], (0, out, ""))])).accounting_many(["9", "30_2"], "dbd")
+    assert rows["9"][0][0].state == "CANCELLED"
+    assert rows["30_2"] == rows["33"] and rows["33"][0][0].state == "COMPLETED"
+
+
+def test_the_accounting_source_comes_from_the_controllers_config():
+    def source(text):
+        return Slurm(Recorded([(["scontrol", "show", "config"], (0, text, ""))])).accounting_source()
+
+    assert source("AccountingStorageType   = accounting_storage/slurmdbd\nJobCompType = jobcomp/none\n") == "dbd"
+    assert source("AccountingStorageType   = accounting_storage/none\nJobCompType = jobcomp/filetxt\n") == "jobcomp"
+    assert source("AccountingStorageType   = accounting_storage/none\nJobCompType = jobcomp/none\n") == "none"
 
 
 PARTITION = ("PartitionName=gpu AllowGroups=ALL Default=NO MaxNodes=4 MaxTime=02:00:00 State=UP TotalNodes=16\n"

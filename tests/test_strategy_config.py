@@ -7,7 +7,7 @@ import pytest
 
 from hpc.config.precedence import flag_layer, job_file_layer, resolve, set_layer
 from hpc.errors import HpcError
-from hpc.render import runtime_config
+from hpc import runtime_config
 from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from hpc.runtime.strategies import deepspeed_config
 
@@ -82,7 +82,8 @@ def test_settings_travel_from_job_file_and_flags_into_the_runtime_config(tmp_pat
                    "fsdp_transformer_layer_cls_to_wrap: [Block]\nfsdp_activation_checkpointing: true\n")
     eff = resolve("local", [job_file_layer(job), set_layer(["fsdp_min_num_params=100"]),
                             flag_layer({"script": "train.py", "fsdp_sharding_strategy": "SHARD_GRAD_OP"})])
-    cfg = runtime_config(eff)
+    runtime_config.from_effective(eff, warns_before_limit=False).write(tmp_path / "runtime.json")
+    cfg = runtime_config.read(tmp_path / "runtime.json").as_dict()  # what the job's processes see
     assert cfg["strategy"] == "fsdp" and cfg["fsdp_sharding_strategy"] == "SHARD_GRAD_OP"
     assert cfg["fsdp_transformer_layer_cls_to_wrap"] == ["Block"] and cfg["fsdp_activation_checkpointing"] is True
     plugin = FullyShardedDataParallelPlugin.from_config(cfg)

@@ -14,7 +14,8 @@ def _describe(record, tasks) -> dict:
     from hpc import status
 
     overall, code, counts = status.summarize(tasks)
-    return {"job_id": record.job_id, "name": record.name, "profile": record.profile, "state": overall,
+    return {"job_id": record.job_id, "name": record.name, "profile": record.profile, "kind": record.kind,
+            "state": overall,
             "exit_code": code, "tasks": {t: {"state": s.state, "exit_code": s.exit_code, "reason": s.reason}
                                          for t, s in tasks.items()},
             "counts": counts, "job_dir": record.job_dir, "submitted_at": record.submitted_at,
@@ -58,14 +59,25 @@ def list_(limit, as_json):
     from hpc import status as st
     from hpc.errors import HpcError
 
-    rows = []
-    for record in jobs.recent(limit):
+    records = jobs.recent(limit)
+    by_backend: dict[str, list] = {}
+    for record in records:
+        by_backend.setdefault(record.scheduler, []).append(record)
+    found: dict[str, dict] = {}
+    failed: dict[str, str] = {}
+    for group in by_backend.values():  # one query per scheduler for every job listed
         try:
-            rows.append(_describe(record, st.states(record)))
-        except HpcError as e:  # e.g. a SLURM job listed from a machine without SLURM
+            found.update(st.states_of(group))
+        except HpcError as e:  # e.g. SLURM jobs listed from a machine without SLURM
+            failed.update({r.job_dir: str(e) for r in group})
+    rows = []
+    for record in records:
+        if record.job_dir in found:
+            rows.append(_describe(record, found[record.job_dir]))
+        else:
             rows.append({"job_id": record.job_id, "name": record.name, "profile": record.profile,
-                         "state": "?", "exit_code": None, "error": str(e), "job_dir": record.job_dir,
-                         "submitted_at": record.submitted_at, "counts": {}})
+                         "state": "?", "exit_code": None, "error": failed.get(record.job_dir, "no state"),
+                         "job_dir": record.job_dir, "submitted_at": record.submitted_at, "counts": {}})
     if as_json:
         echo_json(rows)
         return
@@ -107,11 +119,10 @@ def logs(job, follow, rank, all_, batch, task):
 @click.option("--task", default=None, help="Cancel one array task only.")
 def cancel(job, task):
     """Cancel JOB (every array task, unless --task)."""
-    from hpc import jobs
-    from hpc.executors import for_scheduler
+    from hpc import backends, jobs
 
     record = jobs.find(job)
-    for_scheduler(record.scheduler).cancel(record, task)
+    backends.for_record(record).cancel(record, task)
     click.echo(f"cancelled {record.job_id}{'_' + task if task else ''}")
 
 

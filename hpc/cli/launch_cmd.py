@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import tempfile
@@ -16,17 +15,6 @@ import tempfile
 import click
 
 from hpc.errors import HpcError
-
-
-def _runtime_config() -> dict:
-    path = os.environ.get("HPC_RUNTIME_CONFIG")
-    if not path:
-        return {}
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        raise HpcError(f"cannot read HPC_RUNTIME_CONFIG={path}: {e}", fix="unset it, or point it at the job's runtime.json") from None
 
 
 def _python_target(module: bool, target: str, args: tuple[str, ...]) -> list[str]:
@@ -55,7 +43,9 @@ def launch(nproc, launcher, elastic, max_restarts, as_module, target, args):
     from hpc import env as hpc_env
     from hpc.config import checks
 
-    config = _runtime_config()
+    from hpc import runtime_config
+
+    config = runtime_config.current()
     launcher = launcher or config.get("launcher") or "srun"
     nproc = nproc or config.get("nproc_per_node")
     elastic = elastic or config.get("elastic")
@@ -87,16 +77,16 @@ def _torchrun_argv(node, nproc, elastic, max_restarts, as_module, target, args) 
 
 def _local_processes(nproc, as_module, target, args) -> list[str]:
     """Render the local profile's job for N processes and run it: one mechanism for local ranks."""
+    from hpc import backends
     from hpc.config import precedence
-    from hpc.render import render
 
     key = "module" if as_module else ("script" if target.endswith(".py") else "command")
     flags = {key: [target] if key == "command" else target, "args": list(args), "nproc_per_node": nproc}
     effective = precedence.resolve("local", [precedence.flag_layer(flags)])
     job_dir = tempfile.mkdtemp(prefix="hpc-launch-")
-    request = render(effective, job_dir, workdir=os.getcwd())
-    request.materialize(job_dir)
-    return ["bash", os.path.join(job_dir, request.script_name)]
+    plan = backends.for_profile(effective.profile).plan(effective, job_dir, workdir=os.getcwd())
+    plan.materialize()
+    return plan.command
 
 
 def _exec(argv: list[str]):

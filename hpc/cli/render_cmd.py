@@ -25,7 +25,7 @@ def render(profile, job_file, assignments, target, args, flags, out, explain, as
 
     TARGET is a script (train.py) or a command; the script's own arguments follow `--`.
     """
-    from hpc.render import render as render_job
+    from hpc import backends
 
     effective = resolve(profile, job_file, assignments, target, args, flags)
     if explain and not as_json:
@@ -33,7 +33,7 @@ def render(profile, job_file, assignments, target, args, flags, out, explain, as
         click.echo(table(["key", "value", "source"], effective.explain_rows()))
         return
     job_dir = Path(out) if out else Path(effective.job.output_dir) / effective.job.job_name
-    request = render_job(effective, job_dir)
+    request = backends.for_profile(effective.profile).plan(effective, job_dir)
     if as_json:
         echo_json({
             "profile": effective.profile.name,
@@ -45,10 +45,10 @@ def render(profile, job_file, assignments, target, args, flags, out, explain, as
         })
         return
     if out:
-        for path in request.materialize(job_dir):
+        for path in request.materialize():
             click.echo(str(path))
         return
     click.echo(request.script, nl=False)
     if request.hostfile is not None:
-        click.echo(f"# ---- hostfile ({job_dir.absolute()}/hostfile) ----")
+        click.echo(f"# ---- hostfile ({request.job_dir}/hostfile) ----")
         click.echo(request.hostfile, nl=False)

@@ -32,16 +32,16 @@ def submit(profile, job_file, assignments, target, args, flags, dry_run, wait_, 
     effective = resolve(profile, job_file, assignments, target, args, flags)
     result = submit_job(effective, argv=["hpc", *sys.argv[1:]], take_snapshot=not no_snapshot, dry_run=dry_run)
     if dry_run:
-        req = result.request
+        plan = result
         if as_json:
-            echo_json({"command": result.command, "script": req.script, "hostfile": req.hostfile,
-                       "runtime_config": req.runtime_config, "job_dir": str(result.job_dir)})
+            echo_json({"command": plan.command, "script": plan.script, "hostfile": plan.hostfile,
+                       "runtime_config": plan.runtime_config, "job_dir": str(plan.job_dir), "tasks": plan.tasks})
             return
-        click.echo(f"# would run: {shlex.join(result.command)}")
-        click.echo(req.script, nl=False)
-        if req.hostfile is not None:
-            click.echo(f"# ---- hostfile ({result.job_dir}/hostfile) ----")
-            click.echo(req.hostfile, nl=False)
+        click.echo(f"# would run: {shlex.join(plan.command)}")
+        click.echo(plan.script, nl=False)
+        if plan.hostfile is not None:
+            click.echo(f"# ---- hostfile ({plan.job_dir}/hostfile) ----")
+            click.echo(plan.hostfile, nl=False)
         return
     record = result
     if as_json:

@@ -215,8 +215,6 @@ def _check_against_profile(job: JobSpec, profile: ClusterProfile, located: dict[
             fail("nodes", f"is outside the elastic range {job.elastic}", f"ask for between {lo} and {hi} nodes")
     if job.array and job.sweep:
         fail("sweep", "cannot be combined with --array (a sweep is an array of its own)", "drop one of them")
-    if profile.scheduler == "local" and job.nodes > 1:
-        fail("nodes", f"profile {profile.name} runs on this machine only", "use --nodes 1, or a SLURM profile")
     if job.offload_param and job.strategy == "deepspeed" and job.zero_stage != 3:
         fail("offload_param", "needs ZeRO stage 3 (only stage 3 partitions parameters)", "set zero_stage 3")
     if job.launcher == "srun" and job.nproc_per_node != job.ntasks_per_node:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import json
 import os
 import signal
 import socket
@@ -22,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from hpc import layout, runtime_config
 from hpc.errors import HpcError
 from hpc.runtime import ops, preemption
 from hpc.runtime.checkpoint.checkpointer import Checkpointer
@@ -71,14 +71,6 @@ def _choose_strategy(config: dict, fsdp_plugin, deepspeed_plugin) -> tuple[str |
     return kind, None
 
 
-def _runtime_config() -> dict:
-    path = os.environ.get("HPC_RUNTIME_CONFIG")
-    if not path or not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        return json.load(f)
-
-
 # seconds without a step before a job's ranks are declared hung (profile/job key hang_timeout; 0: off). Far below
 # torch's own collective timeouts (gloo 30 min, NCCL 10 min), above any sane step; saves and loads are exempt.
 DEFAULT_HANG_TIMEOUT_S = 300.0
@@ -92,7 +84,7 @@ class Accelerator:
                  deepspeed_plugin: DeepSpeedPlugin | dict | None = None,
                  auto_resume: bool | None = None, checkpoint_keep: int | None = None,
                  checkpoint_async: bool | None = None, checkpoint_fsync: bool | None = None):
-        config = _runtime_config()
+        config = runtime_config.current()
         self._config = config
         kind, plugin = _choose_strategy(config, fsdp_plugin, deepspeed_plugin)
         mode = normalize(mixed_precision or config.get("mixed_precision"))
@@ -133,8 +125,7 @@ class Accelerator:
         hang_timeout = config.get("hang_timeout", DEFAULT_HANG_TIMEOUT_S if config else 0)  # off outside a job
         self._watchdog = self._make_watchdog(float(hang_timeout))
         self._watchdog.start()
-        in_slurm_job = config.get("scheduler") == "slurm"  # only there does a warning come before a limit
-        self._pace = Pace(self._preemption.get("lead_time") if in_slurm_job else None,
+        self._pace = Pace(self._preemption.get("lead_time") if config.get("warns_before_limit") else None,
                           os.environ.get("HPC_JOB_DIR"), self.is_main_process)
         if config:  # inside an hpc job the warning signal starts ignored; from now on it is noted
             self._watch.install(term=False)
@@ -389,7 +380,7 @@ class Accelerator:
     def _make_watchdog(self, timeout_s: float) -> HangWatchdog:
         job_dir = os.environ.get("HPC_JOB_DIR")
         # one folder per array task (they share the job folder); the watchdog tells an earlier attempt's reports by age
-        folder = (Path(job_dir) / "hang" / os.environ.get("HPC_TASK", "0") if job_dir else None)
+        folder = Path(layout.JobFolder(job_dir).hang(os.environ.get("HPC_TASK", "0"))) if job_dir else None
         return HangWatchdog(timeout_s, self.process_index, self.num_processes, socket.gethostname(), folder,
                             before_exit=self._after_hang)
 

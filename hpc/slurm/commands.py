@@ -51,20 +51,24 @@ class Slurm:
             raise HpcError(f"{argv[0]} failed: {message}", fix="see SLURM's message")
         return proc.stdout
 
-    def submit(self, script: str, cwd: str) -> str:
-        """``sbatch --parsable`` -> the job id (``jobid[;cluster]``: the cluster part is dropped)."""
-        proc = self.run(["sbatch", "--parsable", f"--chdir={cwd}", script])
+    def submit_argv(self, argv: Sequence[str]) -> str:
+        """Run a plan's ``sbatch --parsable ...`` -> the job id (``jobid[;cluster]``: the cluster part is dropped)."""
+        proc = self.run(argv)
         if proc.returncode != 0:
             message = " ".join((proc.stderr or proc.stdout).split())
             raise HpcError(f"sbatch refused the job: {message}", fix="see sbatch's message above")
-        job_id = proc.stdout.strip().splitlines()[-1].split(";")[0]
+        job_id = proc.stdout.strip().splitlines()[-1].split(";")[0] if proc.stdout.strip() else ""
         if not job_id.isdigit():
             raise HpcError(f"sbatch printed {proc.stdout.strip()!r}, not a job id", fix="check sbatch --parsable")
         return job_id
 
-    def queue(self, job_id: str) -> dict[str, tuple[str, str, str]]:
-        """Live tasks of a job: task id ('0' unless an array) -> (state, raw job id, reason)."""
-        proc = self.run(["squeue", "-h", "-r", "-j", job_id, "-o", "%i|%T|%A|%r"])
+    def submit(self, script: str, cwd: str) -> str:
+        return self.submit_argv(["sbatch", "--parsable", f"--chdir={cwd}", script])
+
+    def queue(self, job_ids: str) -> dict[str, tuple[str, str, str]]:
+        """Live jobs and array tasks of any number of jobs (``"12,15"``), in one call:
+        ``12`` or ``15_3`` -> (state, raw job id, reason)."""
+        proc = self.run(["squeue", "-h", "-r", "-j", job_ids, "-o", "%i|%T|%A|%r"])
         if proc.returncode != 0:
             if "Invalid job id" in proc.stderr:
                 return {}  # finished and forgotten
@@ -72,28 +76,45 @@ class Slurm:
         out = {}
         for line in proc.stdout.splitlines():
             ident, state, raw, reason = (line.split("|") + ["", "", ""])[:4]
-            task = ident.split("_", 1)[1] if "_" in ident else "0"
-            out[task] = (state, raw, reason)
+            out[ident] = (state, raw, reason)
         return out
 
-    def accounting(self, raw_job_id: str, since: float | None = None) -> TaskState | None:
-        """A finished job's state from accounting; ``sacct -c`` (the jobcomp file) where no slurmdbd runs."""
-        fields = "JobIDRaw,State,ExitCode,Start"
-        proc = self.run(["sacct", "-n", "-P", "-X", "-j", raw_job_id, "-o", fields])
-        if proc.returncode != 0 or not proc.stdout.strip():
-            proc = self.run(["sacct", "-c", "-n", "-P", "-j", raw_job_id, "-o", fields])
+    def accounting_source(self) -> str | None:
+        """Where finished jobs are kept: 'dbd' (slurmdbd), 'jobcomp' (the job completion file), 'none'."""
+        proc = self.run(["scontrol", "show", "config"])
         if proc.returncode != 0:
             return None
-        best = None
+        conf = {k.strip(): v.strip() for k, _, v in (line.partition("=") for line in proc.stdout.splitlines())}
+        if conf.get("AccountingStorageType", "accounting_storage/none") != "accounting_storage/none":
+            return "dbd"
+        if conf.get("JobCompType", "jobcomp/none") == "jobcomp/filetxt":
+            return "jobcomp"
+        return "none"
+
+    def accounting_many(self, ids: Sequence[str], source: str | None = None
+                        ) -> dict[str, list[tuple[TaskState, float | None]]]:
+        """Finished jobs (plain ids, raw ids or ``A_T``) in one call: id -> [(state, start time)], a row per job
+        that had the id. ``source`` None: slurmdbd, else the jobcomp file."""
+        if source == "none" or not ids:
+            return {}
+        fields = ["-n", "-P", "-j", ",".join(ids), "-o", "JobID,JobIDRaw,State,ExitCode,Start"]
+        proc = None
+        if source in (None, "dbd"):
+            proc = self.run(["sacct", "-X", *fields])
+        if source == "jobcomp" or source is None and (proc.returncode != 0 or not proc.stdout.strip()):
+            proc = self.run(["sacct", "-c", *fields])
+        if proc is None or proc.returncode != 0:
+            return {}
+        out: dict[str, list[tuple[TaskState, float | None]]] = {}
         for line in proc.stdout.splitlines():
             parts = line.split("|")
-            if len(parts) < 4 or parts[0] != raw_job_id:
+            if len(parts) < 5 or not parts[2]:
                 continue
-            if since is not None and not _after(parts[3], since):
-                continue  # an older job that had the same id (the cluster was reset)
-            code = parts[2].split(":")[0]
-            best = TaskState(parts[1].split()[0], int(code) if code.isdigit() else None)
-        return best
+            code = parts[3].split(":")[0]
+            row = (TaskState(parts[2].split()[0], int(code) if code.isdigit() else None), _timestamp(parts[4]))
+            for ident in dict.fromkeys(parts[:2]):
+                out.setdefault(ident, []).append(row)
+        return out
 
     def cancel(self, job_id: str, signal: str | None = None) -> None:
         argv = ["scancel"] + ([f"--signal={signal}", "--batch"] if signal else []) + [job_id]
@@ -125,16 +146,15 @@ class Slurm:
         return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
-def _after(start: str, since: float) -> bool:
+def _timestamp(start: str) -> float | None:
     import datetime
 
     if not start or start in ("Unknown", "None"):
-        return True
+        return None
     try:
-        when = datetime.datetime.fromisoformat(start).timestamp()
+        return datetime.datetime.fromisoformat(start).timestamp()
     except ValueError:
-        return True
-    return when >= since - 2  # SLURM's timestamps are whole seconds
+        return None
 
 
 def check_fits(slurm: Slurm, partition: str | None, nodes: int, time: str, gpus_per_node: int) -> None:

@@ -7,9 +7,10 @@ export HPC_JOB_DIR=/scratch/jobs/local-srun
 export HPC_RUNTIME_CONFIG="$HPC_JOB_DIR/runtime.json"
 export MASTER_ADDR=127.0.0.1
 export MASTER_PORT="${MASTER_PORT:-$(( $$ % 4536 + 61000 ))}"
-# A requeue, as on a cluster: a rank that checkpointed on the warning signal leaves $HPC_JOB_DIR/requeue,
+# A requeue, as on a cluster: a rank that checkpointed on the warning signal leaves HPC_REQUEUE_FILE,
 # and the processes run again (HPC_RESTART_COUNT counts the rounds) until none asks for it.
-export HPC_STOP_FILE="$HPC_JOB_DIR/stop" HPC_REQUEUE_FILE="$HPC_JOB_DIR/requeue" HPC_RESTART_COUNT="${HPC_RESTART_COUNT:-0}"
+mkdir -p "$HPC_JOB_DIR/tasks"
+export HPC_TASK=0 HPC_STOP_FILE="$HPC_JOB_DIR/tasks/0.stop" HPC_REQUEUE_FILE="$HPC_JOB_DIR/tasks/0.requeue" HPC_RESTART_COUNT="${HPC_RESTART_COUNT:-0}"
 export WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 NODE_RANK=0
 pids=()
 stop() { if [ "${#pids[@]}" -gt 0 ]; then kill -"$1" "${pids[@]}" 2>/dev/null || true; fi; }

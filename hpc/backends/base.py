@@ -1,0 +1,140 @@
+"""What every backend does, and the plan: a job's files and the exact command that submits it.
+
+``plan`` is the one path behind ``hpc render``, ``hpc submit --dry-run``, ``hpc submit`` and ``hpc.submit``:
+a dry run prints the plan, a submit writes it and runs its command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpc import layout
+from hpc.config.precedence import Effective
+from hpc.errors import HpcError
+from hpc.jobs import JobRecord
+from hpc.slurm.commands import TaskState
+
+
+@dataclass(frozen=True)
+class Plan:
+    effective: Effective
+    job_dir: Path
+    workdir: Path | None  # where the job runs; None: wherever it is submitted from
+    script_name: str
+    script: str
+    hostfile: str | None
+    runtime_config: dict
+    template: str
+    command: list[str]  # exactly what submits it
+    array: list[int] | None  # array task ids; None for a plain job
+    extra_files: dict[str, bytes] = field(default_factory=dict)  # e.g. a function job's pickled call
+
+    @property
+    def tasks(self) -> list[str]:
+        return [str(t) for t in self.array] if self.array is not None else ["0"]
+
+    def files(self) -> dict[str, str | bytes]:
+        out: dict[str, str | bytes] = {self.script_name: self.script,
+                                       layout.RUNTIME_CONFIG: json.dumps(self.runtime_config, indent=2) + "\n"}
+        if self.hostfile is not None:
+            out[layout.HOSTFILE] = self.hostfile
+        out.update(self.extra_files)
+        return out
+
+    def materialize(self) -> list[Path]:
+        """Write the files; never over an existing one (a job folder is a record, not a scratch pad)."""
+        self.job_dir.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name, content in self.files().items():
+            target = self.job_dir / name
+            if target.exists():
+                raise HpcError(f"{target} already exists", fix="choose another output folder, or remove it first")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+            tmp.write_bytes(content if isinstance(content, bytes) else content.encode())
+            if name == self.script_name:
+                tmp.chmod(0o755)
+            os.replace(tmp, target)
+            written.append(target)
+        return written
+
+
+class Backend:
+    """A scheduler. Subclasses say how a job is asked for, started, followed and stopped there."""
+
+    name = ""
+    script_name = ""
+    warns_before_limit = False  # the scheduler signals the job ahead of its time limit
+
+    # --- planning (torch-free, no scheduler contact) -------------------------------------------------
+    def template(self, job) -> str:
+        raise NotImplementedError
+
+    def check(self, job, profile, n_sweep: int) -> None:
+        """Refuse what this scheduler cannot run, before anything is written."""
+
+    def directives(self, job, profile, job_dir: str, n_sweep: int) -> list[str]:
+        return []
+
+    def known_hosts(self, job) -> list[str] | None:
+        """The job's hosts when known before it starts (the hostfile is then rendered at submit)."""
+        return None
+
+    def submit_command(self, script: str, workdir: str | None) -> list[str]:
+        raise NotImplementedError
+
+    def template_context(self) -> dict:
+        """What this scheduler's templates need beyond the job (names its Python side reads back)."""
+        return {}
+
+    def plan(self, effective: Effective, job_dir: str | Path, workdir: str | Path | None = None,
+             extra_files: dict[str, bytes] | None = None) -> Plan:
+        from hpc.render import render
+
+        job_dir = Path(job_dir).absolute()
+        request = render(effective, job_dir, workdir, backend=self)
+        script = str(job_dir / self.script_name)
+        return Plan(effective=effective, job_dir=job_dir, workdir=Path(workdir) if workdir else None,
+                    script_name=self.script_name, script=request.script, hostfile=request.hostfile,
+                    runtime_config=request.runtime_config, template=request.template,
+                    command=self.submit_command(script, str(workdir) if workdir else None),
+                    array=request.array, extra_files=dict(extra_files or {}))
+
+    def advise(self, effective: Effective) -> None:
+        """Warnings worth a look before submitting (a dry run too); no scheduler contact."""
+
+    # --- the scheduler ----------------------------------------------------------------------------
+    def preflight(self, effective: Effective) -> None:
+        """Before a submit writes anything: can this scheduler run the job at all?"""
+
+    def start(self, plan: Plan) -> tuple[str, dict]:
+        """Run the plan's command; returns (job id, details for the record)."""
+        raise NotImplementedError
+
+    def states(self, records: list[JobRecord]) -> dict[str, dict[str, TaskState]]:
+        """Job folder -> task id -> state, for many jobs at once. An end not known is UNKNOWN, never COMPLETED."""
+        raise NotImplementedError
+
+    def cancel(self, record: JobRecord, task: str | None = None) -> None:
+        raise NotImplementedError
+
+    # --- logs ---------------------------------------------------------------------------------------
+    def log_tag(self, record: JobRecord, task: str) -> str:
+        """What names a task's attempt in its log files."""
+        raise NotImplementedError
+
+    def batch_log(self, record: JobRecord, task: str) -> str:
+        """The batch script's own log, relative to logs/."""
+        raise NotImplementedError
+
+
+def from_exit_file(record: JobRecord, task: str) -> TaskState | None:
+    """What the job wrote about its own end (tasks/<task>.exit)."""
+    try:
+        code = int(Path(layout.JobFolder(record.dir).task(task, layout.TaskFile.EXIT)).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return TaskState("COMPLETED" if code == 0 else "FAILED", code)

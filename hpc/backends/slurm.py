@@ -1,0 +1,199 @@
+"""SLURM: sbatch scripts, one squeue and one sacct for any number of jobs, scancel."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from hpc import layout
+from hpc.backends.base import Backend, Plan, from_exit_file
+from hpc.errors import HpcError
+from hpc.jobs import JobRecord
+from hpc.resources import user_cache_dir
+from hpc.slurm import formats, hostlist
+from hpc.slurm.commands import Slurm, TaskState, check_fits, require_conf
+
+
+def gpu_request(job, profile) -> tuple[str, str]:
+    """(sbatch option, value) asking for the job's GPUs, as the profile's site spells it."""
+    typed = f"{profile.gpu_type}:" if profile.gpu_type else ""
+    if profile.gres_style == "gres":
+        return "gres", f"gpu:{typed}{job.gpus_per_node}"
+    return "gpus-per-node", f"{typed}{job.gpus_per_node}"
+
+
+def dependency(job) -> str:
+    """``--after 12:afterany --after 13`` -> ``afterany:12,afterok:13`` (checks.after wrote JOB:TYPE)."""
+    return ",".join(f"{kind}:{jid}" for jid, kind in (a.split(":") for a in job.after))
+
+
+def directives(job, profile, job_dir: str, array_spec: str | None) -> list[str]:
+    """The #SBATCH options, each already checked to be free of shell and whitespace characters."""
+    d = [f"--job-name={job.job_name}", f"--nodes={job.nodes}", f"--ntasks-per-node={job.ntasks_per_node}"]
+    if job.cpus_per_task:
+        # cpus_per_task is per process; an agent (torchrun, deepspeed) task holds all of its node's processes
+        per_task = job.cpus_per_task * (job.nproc_per_node if job.launcher != "srun" else 1)
+        d.append(f"--cpus-per-task={per_task}")
+    if job.gpus_per_node:
+        key, value = gpu_request(job, profile)
+        d.append(f"--{key}={value}")
+    if job.mem:
+        d.append(f"--mem={job.mem}")
+    if job.mem_per_gpu:
+        d.append(f"--mem-per-gpu={job.mem_per_gpu}")
+    d.append(f"--time={formats.format_time(formats.parse_time(job.time))}")
+    for key in ("partition", "account", "qos", "constraint", "reservation", "nodelist"):
+        value = getattr(job, key)
+        if value:
+            d.append(f"--{key}={value}")
+    if array_spec:
+        d.append(f"--array={array_spec}")
+    if job.after:
+        d.append(f"--dependency={dependency(job)}")
+    if job.env_passthrough is not None:
+        d.append("--export=" + (",".join(job.env_passthrough) or "NONE"))
+    folder = layout.JobFolder(job_dir)
+    d.append(f"--output={folder.logs()}/{folder.batch_log_pattern(bool(array_spec))}")
+    d.append("--open-mode=append")  # a requeued job appends to its log instead of truncating it
+    pre = profile.preemption
+    d.append(f"--signal=B:{pre.signal}@{pre.lead_time}")
+    d.append("--requeue" if pre.requeue else "--no-requeue")
+    d.extend(profile.sbatch_extra)
+    return d
+
+
+class SlurmBackend(Backend):
+    name = "slurm"
+    script_name = "job.sbatch"
+    warns_before_limit = True
+
+    def __init__(self, slurm: Slurm | None = None):
+        self.slurm = slurm or Slurm()
+
+    def template(self, job) -> str:
+        return f"{job.launcher}.sbatch.j2"
+
+    def directives(self, job, profile, job_dir: str, array_spec: str | None) -> list[str]:
+        return directives(job, profile, job_dir, array_spec)
+
+    def known_hosts(self, job) -> list[str] | None:
+        if not job.nodelist:
+            return None
+        hosts = hostlist.expand(job.nodelist)
+        if len(hosts) != job.nodes:
+            raise HpcError(f"--nodelist {job.nodelist} names {len(hosts)} hosts but --nodes is {job.nodes}",
+                           fix="make them agree")
+        return hosts
+
+    def submit_command(self, script: str, workdir: str | None) -> list[str]:
+        return ["sbatch", "--parsable", *([f"--chdir={workdir}"] if workdir else []), script]
+
+    def advise(self, effective) -> None:
+        from hpc import lead_time
+
+        job, profile = effective.job, effective.profile
+        lead_time.warn_from_history(job.job_name, profile.name, profile.preemption.lead_time)
+
+    def preflight(self, effective) -> None:
+        job = effective.job
+        require_conf()
+        check_fits(self.slurm, job.partition, job.nodes, job.time, job.gpus_per_node)
+
+    def start(self, plan: Plan) -> tuple[str, dict]:
+        require_conf()
+        return self.slurm.submit_argv(plan.command), {}
+
+    # --- states: squeue, then accounting, then the job's own record; never assume COMPLETED ----------
+    def states(self, records: list[JobRecord]) -> dict[str, dict[str, TaskState]]:
+        if not records:
+            return {}
+        require_conf()
+        live = self.slurm.queue(",".join(dict.fromkeys(r.job_id for r in records)))
+        wanted: dict[str, tuple[JobRecord, str]] = {}  # an id accounting knows -> (record, task)
+        for record in records:
+            for task in record.tasks:
+                if _live_key(record, task) in live:
+                    continue
+                for raw in _accounting_ids(record, task):
+                    wanted.setdefault(raw, (record, task))
+        acct = self.slurm.accounting_many(list(wanted), self._accounting_source()) if wanted else {}
+        out: dict[str, dict[str, TaskState]] = {}
+        for record in records:
+            tasks = out[record.job_dir] = {}
+            for task in record.tasks:
+                now = live.get(_live_key(record, task))
+                if now is not None:
+                    tasks[task] = TaskState(now[0], None, now[2])
+                    continue
+                ended = [row for raw in _accounting_ids(record, task) for row in acct.get(raw, ())]
+                tasks[task] = decide(record, task, _newest_since(ended, record.submitted_at))
+        return out
+
+    def _accounting_source(self) -> str | None:
+        """'dbd' or 'jobcomp', remembered per cluster: asking costs a SLURM call each time."""
+        key = os.environ.get("SLURM_CONF") or "default"
+        cache = user_cache_dir() / "slurm-accounting.json"
+        try:
+            known = json.loads(cache.read_text())
+        except (OSError, ValueError):
+            known = {}
+        if key in known:
+            return known[key]
+        source = self.slurm.accounting_source()
+        if source is not None:
+            try:
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                cache.write_text(json.dumps({**known, key: source}))
+            except OSError:
+                pass
+        return source
+
+    def cancel(self, record: JobRecord, task: str | None = None) -> None:
+        require_conf()
+        record.mark(layout.CANCELLED)
+        self.slurm.cancel(record.job_id if task is None else f"{record.job_id}_{task}")
+
+    def log_tag(self, record: JobRecord, task: str) -> str:
+        return f"{record.job_id}_{task}" if record.array is not None else record.job_id
+
+    def batch_log(self, record: JobRecord, task: str) -> str:
+        return layout.JobFolder.batch_log_name(record.name, self.log_tag(record, task))
+
+
+def _live_key(record: JobRecord, task: str) -> str:
+    return f"{record.job_id}_{task}" if record.array is not None else record.job_id
+
+
+def _accounting_ids(record: JobRecord, task: str) -> list[str]:
+    """The ids accounting may know the task by: ``A_T`` (slurmdbd), and its raw id (the jobcomp file knows
+    only that; the job wrote it in tasks/<task>.jobid)."""
+    if record.array is None:
+        return [record.job_id]
+    ids = [f"{record.job_id}_{task}"]
+    try:
+        raw = Path(layout.JobFolder(record.dir).task(task, layout.TaskFile.JOBID)).read_text().split()[0]
+        ids.append(raw)
+    except (OSError, IndexError):
+        pass
+    return ids
+
+
+def _newest_since(rows: list[tuple[TaskState, float | None]], since: float) -> TaskState | None:
+    """An older job that had the same id (a reset cluster) is not this one; SLURM's times are whole seconds."""
+    fresh = [(start or 0, state) for state, start in rows if start is None or start >= since - 2]
+    return max(fresh, key=lambda item: item[0])[1] if fresh else None
+
+
+def decide(record: JobRecord, task: str, acct: TaskState | None) -> TaskState:
+    """A task squeue no longer shows: accounting, then what the job wrote, then the cancel marker."""
+    own = from_exit_file(record, task)
+    if acct is not None:
+        if acct.state == "FAILED" and own is not None:
+            return TaskState(acct.state, own.exit_code)  # the script's own code beats SLURM's 0:0 on signals
+        return acct
+    if own is not None:
+        return own
+    if record.marked(layout.CANCELLED):
+        return TaskState("CANCELLED")
+    return TaskState("UNKNOWN", None, "not in squeue, accounting or the job's own record")
