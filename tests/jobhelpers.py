@@ -79,7 +79,7 @@ class Resumable:
 
     def __call__(self, x, started):
         if x == 0:
-            Path(started).write_text(os.environ.get("RANK", "?"))
+            Path(f"{started}{os.environ.get('RANK', '?')}").write_text("")  # the handler is in place by now
             time.sleep(120)
         return {"x": x, "restart": os.environ.get("HPC_RESTART_COUNT"), "rank": os.environ.get("RANK")}
 

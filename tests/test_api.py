@@ -91,7 +91,7 @@ def test_the_warning_signal_before_an_accelerator_requeues_what_checkpoint_asks_
     started = project / "started"
     job = hpc.submit(Resumable(), 0, str(started), profile="local", nproc_per_node=2)
     deadline = time.monotonic() + 60
-    while not started.exists():
+    while not (project / "started0").exists() or not (project / "started1").exists():
         assert time.monotonic() < deadline and job.state() == "RUNNING", job.logs(rank=None)
         time.sleep(0.1)
     _local_script_process(job.job_dir).send_signal(signal.SIGUSR1)

@@ -185,15 +185,16 @@ def test_elastic_torchrun_restarts_a_crashed_group_from_the_newest_checkpoint(pr
     assert "planned crash at step 7" in done["logs"] and "checkpoints/step-4 (step 4)" in done["logs"]
 
 
-def test_a_submitit_function_stops_at_a_step_boundary_on_usr2_requeues_and_resumes_bitwise(project, monkeypatch):
-    """submitit's warning signal is USR2: once the loop checks, hpc handles it (checkpoint at the step
-    boundary, scontrol requeue) instead of submitit's handler stopping mid-step; the requeued job runs the
-    same call again, which resumes."""
+def test_a_function_job_stops_at_a_step_boundary_on_the_warning_signal_requeues_and_resumes_bitwise(project,
+                                                                                                   monkeypatch):
+    """A function is a job like a script: the warning signal reaches the batch shell, the Accelerator stops at a
+    step boundary with a checkpoint, the job script requeues, and the requeued job runs the same call again,
+    which resumes."""
     import hpc as hpc_api
     from tests.resume_worker import train
 
     spec = {"strategy": "ddp", "steps": 20, "save_every": 5, "sleep": 0.4}
-    runs = _start_straight_runs(project, {"submitit": spec})
+    runs = _start_straight_runs(project, {"function": spec})
     monkeypatch.chdir(project)
     monkeypatch.setenv("XDG_DATA_HOME", str(project / "xdg-data"))
     monkeypatch.setenv("PYTHONPATH", launch_env()["PYTHONPATH"])  # the job imports tests.resume_worker
@@ -203,13 +204,13 @@ def test_a_submitit_function_stops_at_a_step_boundary_on_usr2_requeues_and_resum
     while not (progress.exists() and int(progress.read_text() or 0) >= 4):
         assert time.monotonic() < deadline and not (project / "sub.pt").exists(), "it ended before the signal"
         time.sleep(0.3)
-    subprocess.run(["scancel", "--signal=USR2", job.id], check=True, capture_output=True)
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job.id], check=True, capture_output=True)  # as SLURM does
     while not (project / "sub.pt").exists():
         assert time.monotonic() < deadline, f"the job did not finish: {job.state()}"
         time.sleep(0.5)
     assert job.results() == [None, None]  # every task's result pickle: the last attempt returned normally
     result = torch.load(project / "sub.pt", weights_only=False)
-    assert_same_run(_straight_results(project, runs)["submitit"], result)
+    assert_same_run(_straight_results(project, runs)["function"], result)
     assert [a[0] for a in result["attempts"]] == [0, 1]  # one requeue
-    logs = "\n".join(p.read_text() for p in Path(job.submitit_job.paths.folder).glob("*_0_log.out"))
-    assert "stop requested (USR2)" in logs and "requeued SLURM job" in logs, logs[-3000:]
+    logs = job.logs(rank=None)
+    assert "stop requested (USR1)" in logs and "requeued SLURM job" in logs, logs[-3000:]

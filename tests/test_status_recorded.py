@@ -73,6 +73,8 @@ def test_an_array_from_squeue_slurmdbd_and_the_jobs_own_record_and_its_summary(t
     tasks = b.states([job])[job.job_dir]
     assert {t: s.state for t, s in tasks.items()} == {"0": "RUNNING", "1": "COMPLETED", "2": "FAILED",
                                                      "3": "CANCELLED", "4": "FAILED", "5": "PENDING"}
+    sacct = next(c for c in b.slurm.run.calls if c[0] == "sacct")
+    assert sacct[sacct.index("-j") + 1] == "30"  # slurmdbd lists every task under the array's id
     assert status.summarize(tasks) == ("RUNNING", 1, {"RUNNING": 1, "COMPLETED": 1, "FAILED": 2, "CANCELLED": 1,
                                                       "PENDING": 1})
 

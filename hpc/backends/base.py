@@ -131,10 +131,34 @@ class Backend:
         raise NotImplementedError
 
 
-def from_exit_file(record: JobRecord, task: str) -> TaskState | None:
-    """What the job wrote about its own end (tasks/<task>.exit)."""
+def task_files(record: JobRecord, kind: str) -> dict[str, str]:
+    """Every tasks/<task>.<kind> of a job in one folder listing (an array of 10,000 tasks: no 10,000 opens)."""
+    folder = layout.JobFolder(record.job_dir).tasks()
+    suffix = f".{kind}"
     try:
-        code = int(Path(layout.JobFolder(record.dir).task(task, layout.TaskFile.EXIT)).read_text().strip())
-    except (OSError, ValueError):
+        names = [n for n in os.listdir(folder) if n.endswith(suffix)]
+    except OSError:
+        return {}
+    out = {}
+    for name in names:
+        try:
+            with open(os.path.join(folder, name)) as f:
+                out[name[:-len(suffix)]] = f.read().strip()
+        except OSError:
+            continue
+    return out
+
+
+def own_state(code: str | None) -> TaskState | None:
+    """What the job wrote about its own end (tasks/<task>.exit)."""
+    if code is None or not code.lstrip("-").isdigit():
         return None
-    return TaskState("COMPLETED" if code == 0 else "FAILED", code)
+    return TaskState("COMPLETED" if int(code) == 0 else "FAILED", int(code))
+
+
+def from_exit_file(record: JobRecord, task: str) -> TaskState | None:
+    try:
+        code = Path(layout.JobFolder(record.dir).task(task, layout.TaskFile.EXIT)).read_text().strip()
+    except OSError:
+        return None
+    return own_state(code)

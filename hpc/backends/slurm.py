@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from hpc import layout
-from hpc.backends.base import Backend, Plan, from_exit_file
+from hpc.backends.base import Backend, Plan, own_state, task_files
 from hpc.errors import HpcError
 from hpc.jobs import JobRecord
 from hpc.resources import user_cache_dir
@@ -110,25 +110,32 @@ class SlurmBackend(Backend):
             return {}
         require_conf()
         live = self.slurm.queue(",".join(dict.fromkeys(r.job_id for r in records)))
-        wanted: dict[str, tuple[JobRecord, str]] = {}  # an id accounting knows -> (record, task)
+        ended = [(r, t) for r in records for t in r.tasks if _live_key(r, t) not in live]
+        acct: dict[str, list] = {}
+        raw_ids: dict[str, dict[str, str]] | None = None
+        if ended:
+            source = self._accounting_source()
+            # slurmdbd lists every task of an array under the array's id; the jobcomp file knows raw ids only
+            if source != "dbd":
+                arrays = {r.job_dir: r for r, _ in ended if r.array is not None}
+                raw_ids = {d: task_files(r, layout.TaskFile.JOBID) for d, r in arrays.items()}
+            ask = dict.fromkeys(r.job_id if r.array is not None and raw_ids is None else i
+                                for r, t in ended for i in _accounting_ids(r, t, raw_ids))
+            acct = self.slurm.accounting_many(list(ask), source)
+        out: dict[str, dict[str, TaskState]] = {r.job_dir: {} for r in records}
         for record in records:
-            for task in record.tasks:
-                if _live_key(record, task) in live:
-                    continue
-                for raw in _accounting_ids(record, task):
-                    wanted.setdefault(raw, (record, task))
-        acct = self.slurm.accounting_many(list(wanted), self._accounting_source()) if wanted else {}
-        out: dict[str, dict[str, TaskState]] = {}
-        for record in records:
-            tasks = out[record.job_dir] = {}
             for task in record.tasks:
                 now = live.get(_live_key(record, task))
                 if now is not None:
-                    tasks[task] = TaskState(now[0], None, now[2])
-                    continue
-                ended = [row for raw in _accounting_ids(record, task) for row in acct.get(raw, ())]
-                tasks[task] = decide(record, task, _newest_since(ended, record.submitted_at))
-        return out
+                    out[record.job_dir][task] = TaskState(now[0], None, now[2])
+        exits: dict[str, dict[str, str]] = {}
+        for record, task in ended:
+            rows = [row for i in _accounting_ids(record, task, raw_ids) for row in acct.get(i, ())]
+            if record.job_dir not in exits:
+                exits[record.job_dir] = task_files(record, layout.TaskFile.EXIT)
+            out[record.job_dir][task] = decide(record, _newest_since(rows, record.submitted_at),
+                                               own_state(exits[record.job_dir].get(task)))
+        return {r.job_dir: dict(sorted(out[r.job_dir].items(), key=lambda kv: int(kv[0]))) for r in records}
 
     def _accounting_source(self) -> str | None:
         """'dbd' or 'jobcomp', remembered per cluster: asking costs a SLURM call each time."""
@@ -165,18 +172,16 @@ def _live_key(record: JobRecord, task: str) -> str:
     return f"{record.job_id}_{task}" if record.array is not None else record.job_id
 
 
-def _accounting_ids(record: JobRecord, task: str) -> list[str]:
-    """The ids accounting may know the task by: ``A_T`` (slurmdbd), and its raw id (the jobcomp file knows
-    only that; the job wrote it in tasks/<task>.jobid)."""
+def _accounting_ids(record: JobRecord, task: str, raw_ids: dict[str, dict[str, str]] | None) -> list[str]:
+    """The id accounting knows a task by: a plain job's id; an array task's ``A_T`` (slurmdbd, which lists them
+    all when asked for the array's id) or, with ``raw_ids``, the raw id the job wrote in tasks/<task>.jobid
+    (the jobcomp file knows only that)."""
     if record.array is None:
         return [record.job_id]
-    ids = [f"{record.job_id}_{task}"]
-    try:
-        raw = Path(layout.JobFolder(record.dir).task(task, layout.TaskFile.JOBID)).read_text().split()[0]
-        ids.append(raw)
-    except (OSError, IndexError):
-        pass
-    return ids
+    if raw_ids is None:
+        return [f"{record.job_id}_{task}"]
+    written = raw_ids.get(record.job_dir, {}).get(task, "").split()
+    return written[:1]
 
 
 def _newest_since(rows: list[tuple[TaskState, float | None]], since: float) -> TaskState | None:
@@ -185,9 +190,9 @@ def _newest_since(rows: list[tuple[TaskState, float | None]], since: float) -> T
     return max(fresh, key=lambda item: item[0])[1] if fresh else None
 
 
-def decide(record: JobRecord, task: str, acct: TaskState | None) -> TaskState:
-    """A task squeue no longer shows: accounting, then what the job wrote, then the cancel marker."""
-    own = from_exit_file(record, task)
+def decide(record: JobRecord, acct: TaskState | None, own: TaskState | None) -> TaskState:
+    """A task squeue no longer shows: accounting, then what the job wrote (tasks/<task>.exit), then the cancel
+    marker; never COMPLETED on no evidence."""
     if acct is not None:
         if acct.state == "FAILED" and own is not None:
             return TaskState(acct.state, own.exit_code)  # the script's own code beats SLURM's 0:0 on signals

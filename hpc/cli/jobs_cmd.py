@@ -10,16 +10,17 @@ import click
 from hpc.cli.output import echo_json, table
 
 
-def _describe(record, tasks) -> dict:
+def _describe(record, tasks, per_task: bool = True) -> dict:
     from hpc import status
 
     overall, code, counts = status.summarize(tasks)
     return {"job_id": record.job_id, "name": record.name, "profile": record.profile, "kind": record.kind,
             "state": overall,
-            "exit_code": code, "tasks": {t: {"state": s.state, "exit_code": s.exit_code, "reason": s.reason}
-                                         for t, s in tasks.items()},
+            "exit_code": code,
             "counts": counts, "job_dir": record.job_dir, "submitted_at": record.submitted_at,
-            "lost_nodes": record.lost_nodes(), "hang": record.hang_summary()}
+            "lost_nodes": record.lost_nodes(), "hang": record.hang_summary(),
+            **({"tasks": {t: {"state": s.state, "exit_code": s.exit_code, "reason": s.reason}
+                          for t, s in tasks.items()}} if per_task else {})}
 
 
 def _counts_text(counts: dict) -> str:
@@ -73,7 +74,7 @@ def list_(limit, as_json):
     rows = []
     for record in records:
         if record.job_dir in found:
-            rows.append(_describe(record, found[record.job_dir]))
+            rows.append(_describe(record, found[record.job_dir], per_task=False))  # counts: `hpc status` has the rest
         else:
             rows.append({"job_id": record.job_id, "name": record.name, "profile": record.profile,
                          "state": "?", "exit_code": None, "error": failed.get(record.job_dir, "no state"),
