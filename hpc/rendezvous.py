@@ -6,7 +6,6 @@ the OS handed out; an existing MASTER_PORT always wins. The job templates comput
 
 from __future__ import annotations
 
-import os
 import re
 
 from hpc.layout import PORT_BASE, PORT_SPAN

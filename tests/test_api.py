@@ -50,9 +50,15 @@ def test_function_on_the_local_profile(project):
 
 
 @pytest.mark.slurm
-def test_function_on_two_slurm_nodes(project, slurm):
-    job = hpc.submit(where_am_i, 3, profile="slurm-local", nodes=2, nproc_per_node=2)
-    results = job.results()
+def test_function_on_two_slurm_nodes_honours_the_profile_like_a_script(project, slurm):
+    (project / "fn.yaml").write_text("name: fn\nextends: slurm-local\nsbatch_extra: ['--comment=function-job']\n"
+                                     "env: {FROM_PROFILE: 'yes'}\npreemption: {requeue: false}\n")
+    job = hpc.submit(where_am_i, 3, profile="./fn.yaml", nodes=2, nproc_per_node=2, time="5")
+    script = (job.job_dir / "job.sbatch").read_text()
+    for line in ("#SBATCH --comment=function-job", "#SBATCH --no-requeue", "#SBATCH --time=00:05:00",
+                 "export FROM_PROFILE=yes", "-m hpc.functions"):
+        assert line in script
+    results = job.results(timeout=180)
     assert [int(r["RANK"]) for r in results] == [0, 1, 2, 3]
     assert [r["host"] for r in results] == ["node1", "node1", "node2", "node2"]
     assert {r["MASTER_ADDR"] for r in results} == {"node1"} and {r["WORLD_SIZE"] for r in results} == {"4"}

@@ -1,6 +1,5 @@
 """preemption.lead_time against what the job measured: a warning in the job's log and at the next submit."""
 
-import json
 import subprocess
 import sys
 import textwrap

@@ -63,9 +63,13 @@ def test_torchrun_two_nodes_two_processes_all_reduce(project):
 
 def test_sweep_is_one_array_job_with_overrides_per_task(project, timeout_job):
     (project / "sweep.yaml").write_text("grid:\n  lr: [0.1, 0.01, 0.001, 0.0001]\n  batch: [16, 32]\n")
-    info = submit(project, "-p", "slurm-local", "--ntasks-per-node", "1", "--sweep", "sweep.yaml",
-                  "dump.py", "--", "--epochs", "1")
-    assert info["array"] == list(range(8))
+    args = ["-p", "slurm-local", "--ntasks-per-node", "1", "--sweep", "sweep.yaml", "dump.py", "--", "--epochs", "1"]
+    dry = json.loads(hpc(project, "submit", "--dry-run", "--json", *args, check=True).stdout)
+    info = submit(project, *args)
+    assert info["array"] == dry["array"] == list(range(8))
+    written = (Path(info["job_dir"]) / "job.sbatch").read_text()
+    assert dry["script"].replace(dry["job_dir"], info["job_dir"]) == written  # but for the folder's name
+    assert dry["command"][:2] == ["sbatch", "--parsable"]
     proc = wait_ok(project, info["job_id"])
     assert "8 COMPLETED" in proc.stdout
     got = {int(r["env"]["SLURM_ARRAY_TASK_ID"]): r["argv"] for r in dumps(project)}

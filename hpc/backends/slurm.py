@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 from hpc import layout
 from hpc.backends.base import Backend, Plan, own_state, task_files

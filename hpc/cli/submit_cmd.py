@@ -35,7 +35,7 @@ def submit(profile, job_file, assignments, target, args, flags, dry_run, wait_, 
         plan = result
         if as_json:
             echo_json({"command": plan.command, "script": plan.script, "hostfile": plan.hostfile,
-                       "runtime_config": plan.runtime_config, "job_dir": str(plan.job_dir), "tasks": plan.tasks})
+                       "runtime_config": plan.runtime_config, "job_dir": str(plan.job_dir), "array": plan.array})
             return
         click.echo(f"# would run: {shlex.join(plan.command)}")
         click.echo(plan.script, nl=False)
