@@ -45,8 +45,8 @@ class Job:
         """One rank's log (rank=None: every log of the task) as text."""
         from hpc import status
 
-        files = status.log_files(self.record, task or self.record.tasks[0], "rank" if rank is not None else "all", rank)
-        return "".join(p.read_text(errors="replace") for p in files)
+        names = status.log_files(self.record, task or self.record.tasks[0], "rank" if rank is not None else "all", rank)
+        return status.read_logs(self.record, names)
 
     def cancel(self) -> None:
         from hpc import backends
@@ -65,14 +65,20 @@ class FunctionJob(Job):
         from hpc import functions
 
         self.wait(timeout)
-        return functions.read_result(self.job_dir, 0)
+        return functions.read_result(self._files(), 0)
 
     def results(self, timeout: float | None = None) -> list:
         """Every rank's return value, by rank."""
         from hpc import functions
 
         self.wait(timeout)
-        return [functions.read_result(self.job_dir, r) for r in functions.result_ranks(self.job_dir)]
+        files = self._files()
+        return [functions.read_result(files, r) for r in functions.result_ranks(files)]
+
+    def _files(self):
+        from hpc import backends
+
+        return backends.for_record(self.record).files(self.record)
 
 
 def _effective(profile: str | None, keys: dict) -> Effective:

@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 import traceback
-from pathlib import Path
 from typing import Any, Callable
 
 from hpc import layout
@@ -34,24 +33,26 @@ class FunctionFailed(RuntimeError):
     """A function job's call raised; the message ends with its traceback from the job."""
 
 
-def read_result(job_dir: str | Path, rank: int) -> Any:
-    """What rank ``rank`` returned; raises FunctionFailed with the job's traceback if it raised."""
-    from submitit.core.utils import pickle_load
+def read_result(files, rank: int) -> Any:
+    """What rank ``rank`` returned (``files``: the job folder, as its backend reads it); raises FunctionFailed
+    with the job's traceback if it raised."""
+    import pickle
 
-    path = Path(layout.JobFolder(job_dir).function(layout.function_result(rank)))
-    try:
-        outcome, value = pickle_load(path)
-    except FileNotFoundError:
-        raise FunctionFailed(f"rank {rank} left no result ({path}): it did not return; see its log") from None
+    name = f"{layout.FUNCTION}/{layout.function_result(rank)}"
+    data = files.read(name)
+    if data is None:
+        raise FunctionFailed(f"rank {rank} left no result ({name}): it did not return; see its log")
+    outcome, value = pickle.loads(data)
     if outcome != "success":
         raise FunctionFailed(f"rank {rank} raised:\n{value}")
     return value
 
 
-def result_ranks(job_dir: str | Path) -> list[int]:
+def result_ranks(files) -> list[int]:
     prefix, suffix = layout.function_result("X").split("X")
-    names = (p.name for p in Path(layout.JobFolder(job_dir).function("")).glob(f"{prefix}*{suffix}"))
-    return sorted(int(n[len(prefix):-len(suffix)]) for n in names if n[len(prefix):-len(suffix)].isdigit())
+    found = (n[len(prefix):-len(suffix)] for n in files.list(layout.FUNCTION)
+             if n.startswith(prefix) and n.endswith(suffix))
+    return sorted(int(r) for r in found if r.isdigit())
 
 
 class _WarningSignal(BaseException):

@@ -40,10 +40,19 @@ class JobRecord:
     snapshot: dict = field(default_factory=dict)
     local: dict = field(default_factory=dict)  # pid and start time of a local job
     kind: str = "script"  # script | module | command | function
+    # a job on a remote cluster: job_dir is a path there; its record (and a copy of what was sent) stays here
+    remote: dict | None = None  # the profile's `remote` settings
+    record_dir: str | None = None
 
     @property
     def dir(self) -> Path:
+        """The job folder, where the job writes (on the cluster, for a remote job: read it via its backend)."""
         return Path(self.job_dir)
+
+    @property
+    def home(self) -> Path:
+        """Where the record and its markers live, on this machine."""
+        return Path(self.record_dir or self.job_dir)
 
     @property
     def tasks(self) -> list[str]:
@@ -51,29 +60,10 @@ class JobRecord:
 
     def mark(self, name: str) -> None:
         """A marker file next to the record (e.g. 'cancelled'); the record itself stays as written."""
-        (self.dir / name).write_text(f"{time.time()}\n")
+        (self.home / name).write_text(f"{time.time()}\n")
 
     def marked(self, name: str) -> bool:
-        return (self.dir / name).exists()
-
-    def lost_nodes(self) -> list[str]:
-        """Nodes the job script saw die under this job (tasks/<task>.lost_nodes, a line per loss)."""
-        names = set()
-        for path in Path(layout.JobFolder(self.dir).tasks()).glob(f"*.{layout.TaskFile.LOST_NODES}"):
-            try:
-                names.update(",".join(path.read_text().split()).split(","))
-            except OSError:
-                continue
-        return sorted(n for n in names if n)
-
-    def hang_summary(self) -> str | None:
-        """The hang watchdog's verdict (hang/<task>/summary.txt, written by the job's lowest stuck rank)."""
-        for path in sorted((self.dir / layout.HANG).glob("*/summary.txt")):
-            try:
-                return path.read_text().strip()
-            except OSError:
-                continue
-        return None
+        return (self.home / name).exists()
 
 
 def new_job_dir(output_dir: str, name: str) -> Path:
@@ -103,12 +93,12 @@ def _write_new(path: Path, text: str) -> None:
 
 
 def save(record: JobRecord) -> None:
-    _write_new(record.dir / RECORD, json.dumps(asdict(record), indent=2) + "\n")
+    _write_new(record.home / RECORD, json.dumps(asdict(record), indent=2) + "\n")
     index = _data_dir()
     index.mkdir(parents=True, exist_ok=True)
     # a SLURM id can come back (another cluster, a reset one): the index keeps every submission
     stamp = f"{record.submitted_at:.6f}"
-    _write_new(index / f"{record.job_id}--{stamp}.json", json.dumps({"job_dir": record.job_dir}) + "\n")
+    _write_new(index / f"{record.job_id}--{stamp}.json", json.dumps({"job_dir": str(record.home)}) + "\n")
 
 
 def load_dir(job_dir: Path) -> JobRecord:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import fnmatch
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Callable, Iterator
 
 from hpc import layout
@@ -72,49 +72,58 @@ def exit_code(tasks: dict[str, TaskState]) -> int:
     return code if code else 1
 
 
-def log_files(record: JobRecord, task: str, which: str, rank: int | None = None) -> list[Path]:
-    """The log files of one task: 'batch', one rank ('rank'), or every file ('all')."""
+def log_files(record: JobRecord, task: str, which: str, rank: int | None = None) -> list[str]:
+    """The log files of one task, as paths in the job folder: 'batch', one rank ('rank'), or every file ('all')."""
     from hpc import backends
 
     backend = backends.for_record(record)
-    logs, tag, folder = record.dir / layout.LOGS, backend.log_tag(record, task), layout.JobFolder
+    tag, folder = backend.log_tag(record, task), layout.JobFolder
+    names = backend.files(record).list(layout.LOGS)
     batch_name = backend.batch_log(record, task)
-    batch = [logs / batch_name] if (logs / batch_name).exists() else []
-    ranks = (sorted(logs.glob(folder.rank_log_name("*", tag)), key=_number)
-             or sorted(logs.glob(folder.node_log_name("*", tag)), key=_number))
+    batch = [batch_name] if batch_name in names else []
+    ranks = (sorted(fnmatch.filter(names, folder.rank_log_name("*", tag)), key=_number)
+             or sorted(fnmatch.filter(names, folder.node_log_name("*", tag)), key=_number))
     if which == "batch":
-        return batch
-    if which == "rank":
-        wanted = [p for p in ranks if _number(p) == (rank or 0)]
-        return wanted or (batch if rank in (None, 0) else [])
-    return batch + ranks
+        chosen = batch
+    elif which == "rank":
+        chosen = [n for n in ranks if _number(n) == (rank or 0)] or (batch if rank in (None, 0) else [])
+    else:
+        chosen = batch + ranks
+    return [f"{layout.LOGS}/{n}" for n in chosen]
 
 
-def _number(path: Path) -> int:
-    digits = "".join(c for c in path.name.split("-", 1)[0] if c.isdigit())
+def _number(name: str) -> int:
+    digits = "".join(c for c in name.split("-", 1)[0] if c.isdigit())
     return int(digits) if digits else 0
 
 
-def follow(record: JobRecord, files: Callable[[], list[Path]], *, keep_going: bool) -> Iterator[tuple[Path, str]]:
+def read_logs(record: JobRecord, names: list[str]) -> str:
+    from hpc import backends
+
+    files = backends.for_record(record).files(record)
+    return "".join((files.read(n) or b"").decode(errors="replace") for n in names)
+
+
+def follow(record: JobRecord, names: Callable[[], list[str]], *, keep_going: bool) -> Iterator[tuple[str, str]]:
     """Lines of the files as they grow; with ``keep_going``, until the job has ended (then a last read)."""
-    offsets: dict[Path, int] = {}
-    partial: dict[Path, str] = {}
+    from hpc import backends
+
+    files = backends.for_record(record).files(record)
+    offsets: dict[str, int] = {}
+    partial: dict[str, str] = {}
 
     def drain():
-        for path in files():
-            try:
-                with open(path, "rb") as f:
-                    f.seek(offsets.get(path, 0))
-                    data = f.read()
-                    offsets[path] = f.tell()
-            except OSError:
+        for name in names():
+            data = files.read(name, offsets.get(name, 0))
+            if data is None:
                 continue
-            text = partial.pop(path, "") + data.decode(errors="replace")
+            offsets[name] = offsets.get(name, 0) + len(data)
+            text = partial.pop(name, "") + data.decode(errors="replace")
             *lines, rest = text.split("\n")
             if rest:
-                partial[path] = rest
+                partial[name] = rest
             for line in lines:
-                yield path, line
+                yield name, line
 
     yield from drain()
     while keep_going:
@@ -123,5 +132,5 @@ def follow(record: JobRecord, files: Callable[[], list[Path]], *, keep_going: bo
         if done:
             break
         time.sleep(0.3)
-    for path, rest in partial.items():
-        yield path, rest
+    for name, rest in partial.items():
+        yield name, rest

@@ -121,7 +121,11 @@ class Backend:
     def cancel(self, record: JobRecord, task: str | None = None) -> None:
         raise NotImplementedError
 
-    # --- logs ---------------------------------------------------------------------------------------
+    # --- the job folder and its logs ------------------------------------------------------------------
+    def files(self, record: JobRecord):
+        """The job folder, to read what the job wrote."""
+        return LocalFiles(record.dir)
+
     def log_tag(self, record: JobRecord, task: str) -> str:
         """What names a task's attempt in its log files."""
         raise NotImplementedError
@@ -131,22 +135,58 @@ class Backend:
         raise NotImplementedError
 
 
-def task_files(record: JobRecord, kind: str) -> dict[str, str]:
-    """Every tasks/<task>.<kind> of a job in one folder listing (an array of 10,000 tasks: no 10,000 opens)."""
-    folder = layout.JobFolder(record.job_dir).tasks()
-    suffix = f".{kind}"
-    try:
-        names = [n for n in os.listdir(folder) if n.endswith(suffix)]
-    except OSError:
-        return {}
-    out = {}
-    for name in names:
+class LocalFiles:
+    """A job folder on this machine, as the backends read it (a remote backend reads the same over SSH)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def list(self, rel_dir: str) -> list[str]:
         try:
-            with open(os.path.join(folder, name)) as f:
-                out[name[:-len(suffix)]] = f.read().strip()
+            return sorted(os.listdir(self.root / rel_dir))
         except OSError:
-            continue
-    return out
+            return []
+
+    def read(self, rel: str, offset: int = 0) -> bytes | None:
+        try:
+            with open(self.root / rel, "rb") as f:
+                f.seek(offset)
+                return f.read()
+        except OSError:
+            return None
+
+    def read_all(self, rel_dir: str, suffix: str) -> dict[str, str]:
+        """Every <name><suffix> in a folder -> its text without the suffix, in one listing (an array of 10,000
+        tasks: no 10,000 failed opens)."""
+        out = {}
+        for name in self.list(rel_dir):
+            if name.endswith(suffix):
+                data = self.read(f"{rel_dir}/{name}")
+                if data is not None:
+                    out[name[:-len(suffix)]] = data.decode(errors="replace").strip()
+        return out
+
+
+def task_files(files, kind: str) -> dict[str, str]:
+    """Every tasks/<task>.<kind> of a job: task -> text."""
+    return files.read_all(layout.TASKS, f".{kind}")
+
+
+def lost_nodes(files) -> list[str]:
+    """Nodes the job script saw die under this job (tasks/<task>.lost_nodes, a line per loss)."""
+    names = set()
+    for text in task_files(files, layout.TaskFile.LOST_NODES).values():
+        names.update(",".join(text.split()).split(","))
+    return sorted(n for n in names if n)
+
+
+def hang_summary(files) -> str | None:
+    """The hang watchdog's verdict (hang/<task>/summary.txt, written by the job's lowest stuck rank)."""
+    for task in files.list(layout.HANG):
+        data = files.read(f"{layout.HANG}/{task}/summary.txt")
+        if data:
+            return data.decode(errors="replace").strip()
+    return None
 
 
 def own_state(code: str | None) -> TaskState | None:
@@ -157,8 +197,5 @@ def own_state(code: str | None) -> TaskState | None:
 
 
 def from_exit_file(record: JobRecord, task: str) -> TaskState | None:
-    try:
-        code = Path(layout.JobFolder(record.dir).task(task, layout.TaskFile.EXIT)).read_text().strip()
-    except OSError:
-        return None
-    return own_state(code)
+    data = LocalFiles(record.dir).read(f"{layout.TASKS}/{task}.{layout.TaskFile.EXIT}")
+    return own_state(data.decode().strip()) if data is not None else None

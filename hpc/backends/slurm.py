@@ -107,34 +107,37 @@ class SlurmBackend(Backend):
     def states(self, records: list[JobRecord]) -> dict[str, dict[str, TaskState]]:
         if not records:
             return {}
+        return self.decide_all(records, self.collect(records))
+
+    def collect(self, records: list[JobRecord]) -> "Facts":
+        """squeue for every job, then accounting and the job folders for what squeue no longer shows."""
         require_conf()
         live = self.slurm.queue(",".join(dict.fromkeys(r.job_id for r in records)))
-        ended = [(r, t) for r in records for t in r.tasks if _live_key(r, t) not in live]
-        acct: dict[str, list] = {}
-        raw_ids: dict[str, dict[str, str]] | None = None
-        if ended:
-            source = self._accounting_source()
-            # slurmdbd lists every task of an array under the array's id; the jobcomp file knows raw ids only
-            if source != "dbd":
-                arrays = {r.job_dir: r for r, _ in ended if r.array is not None}
-                raw_ids = {d: task_files(r, layout.TaskFile.JOBID) for d, r in arrays.items()}
-            ask = dict.fromkeys(r.job_id if r.array is not None and raw_ids is None else i
-                                for r, t in ended for i in _accounting_ids(r, t, raw_ids))
-            acct = self.slurm.accounting_many(list(ask), source)
-        out: dict[str, dict[str, TaskState]] = {r.job_dir: {} for r in records}
+        ended = [r for r in records if any(_live_key(r, t) not in live for t in r.tasks)]
+        facts = Facts(live)
+        if not ended:
+            return facts
+        if self._accounting_source() != "dbd":  # the jobcomp file knows array tasks by their raw ids only
+            facts.raw_ids = {r.job_dir: task_files(self.files(r), layout.TaskFile.JOBID) for r in ended
+                             if r.array is not None}
+        ask = dict.fromkeys(i for r in ended for t in r.tasks for i in facts.accounting_ids(r, t, asking=True))
+        facts.acct = self.slurm.accounting_many(list(ask), self._accounting_source())
+        facts.exits = {r.job_dir: task_files(self.files(r), layout.TaskFile.EXIT) for r in ended}
+        return facts
+
+    def decide_all(self, records: list[JobRecord], facts: "Facts") -> dict[str, dict[str, TaskState]]:
+        out: dict[str, dict[str, TaskState]] = {}
         for record in records:
+            tasks = out[record.job_dir] = {}
             for task in record.tasks:
-                now = live.get(_live_key(record, task))
+                now = facts.live.get(_live_key(record, task))
                 if now is not None:
-                    out[record.job_dir][task] = TaskState(now[0], None, now[2])
-        exits: dict[str, dict[str, str]] = {}
-        for record, task in ended:
-            rows = [row for i in _accounting_ids(record, task, raw_ids) for row in acct.get(i, ())]
-            if record.job_dir not in exits:
-                exits[record.job_dir] = task_files(record, layout.TaskFile.EXIT)
-            out[record.job_dir][task] = decide(record, _newest_since(rows, record.submitted_at),
-                                               own_state(exits[record.job_dir].get(task)))
-        return {r.job_dir: dict(sorted(out[r.job_dir].items(), key=lambda kv: int(kv[0]))) for r in records}
+                    tasks[task] = TaskState(now[0], None, now[2])
+                    continue
+                rows = [row for i in facts.accounting_ids(record, task) for row in facts.acct.get(i, ())]
+                tasks[task] = decide(record, _newest_since(rows, record.submitted_at),
+                                     own_state(facts.exits.get(record.job_dir, {}).get(task)))
+        return out
 
     def _accounting_source(self) -> str | None:
         """'dbd' or 'jobcomp', remembered per cluster: asking costs a SLURM call each time."""
@@ -171,16 +174,24 @@ def _live_key(record: JobRecord, task: str) -> str:
     return f"{record.job_id}_{task}" if record.array is not None else record.job_id
 
 
-def _accounting_ids(record: JobRecord, task: str, raw_ids: dict[str, dict[str, str]] | None) -> list[str]:
-    """The id accounting knows a task by: a plain job's id; an array task's ``A_T`` (slurmdbd, which lists them
-    all when asked for the array's id) or, with ``raw_ids``, the raw id the job wrote in tasks/<task>.jobid
-    (the jobcomp file knows only that)."""
-    if record.array is None:
-        return [record.job_id]
-    if raw_ids is None:
-        return [f"{record.job_id}_{task}"]
-    written = raw_ids.get(record.job_dir, {}).get(task, "").split()
-    return written[:1]
+class Facts:
+    """What SLURM and the job folders say about some jobs: the input of the decision table."""
+
+    def __init__(self, live: dict[str, tuple[str, str, str]]):
+        self.live = live
+        self.acct: dict[str, list[tuple[TaskState, float | None]]] = {}
+        self.exits: dict[str, dict[str, str]] = {}  # job folder -> task -> tasks/<task>.exit
+        self.raw_ids: dict[str, dict[str, str]] | None = None  # set where accounting knows only raw ids
+
+    def accounting_ids(self, record: JobRecord, task: str, asking: bool = False) -> list[str]:
+        """The id accounting knows a task by: a plain job's id; an array task's ``A_T`` (slurmdbd, which lists
+        them all when ``asking`` for the array's id) or the raw id the job wrote in tasks/<task>.jobid (the
+        jobcomp file knows only that)."""
+        if record.array is None:
+            return [record.job_id]
+        if self.raw_ids is None:
+            return [record.job_id] if asking else [f"{record.job_id}_{task}"]
+        return self.raw_ids.get(record.job_dir, {}).get(task, "").split()[:1]
 
 
 def _newest_since(rows: list[tuple[TaskState, float | None]], since: float) -> TaskState | None:

@@ -11,14 +11,17 @@ from hpc.cli.output import echo_json, table
 
 
 def _describe(record, tasks, per_task: bool = True) -> dict:
-    from hpc import status
+    from hpc import backends, status
+    from hpc.backends import base
+
+    files = backends.for_record(record).files(record)
 
     overall, code, counts = status.summarize(tasks)
     return {"job_id": record.job_id, "name": record.name, "profile": record.profile, "kind": record.kind,
             "state": overall,
             "exit_code": code,
             "counts": counts, "job_dir": record.job_dir, "submitted_at": record.submitted_at,
-            "lost_nodes": record.lost_nodes(), "hang": record.hang_summary(),
+            "lost_nodes": base.lost_nodes(files), "hang": base.hang_summary(files),
             **({"tasks": {t: {"state": s.state, "exit_code": s.exit_code, "reason": s.reason}
                           for t, s in tasks.items()}} if per_task else {})}
 
@@ -111,8 +114,8 @@ def logs(job, follow, rank, all_, batch, task):
         return st.log_files(record, task, which, rank)
 
     prefix = all_
-    for path, line in st.follow(record, files, keep_going=follow):
-        click.echo(f"[{path.name.rsplit('-', 1)[0]}] {line}" if prefix else line)
+    for name, line in st.follow(record, files, keep_going=follow):
+        click.echo(f"[{name.rsplit('/', 1)[-1].rsplit('-', 1)[0]}] {line}" if prefix else line)
 
 
 @click.command()

@@ -52,6 +52,22 @@ class Preemption(_Repr):
 
 
 @record
+class Remote(_Repr):
+    """The cluster's login node, reached over SSH: every command then works from a machine without SLURM."""
+
+    host: str = _check(checks.safe_value)  # a host name, user@host, or an alias from ~/.ssh/config
+    job_root: str = _check(checks.safe_value)  # the folder on the cluster that holds the job folders
+    user: str | None = _check(checks.safe_value, default=None)
+    port: int | None = _check(checks.positive, default=None)
+    identity_file: str | None = _check(checks.safe_value, default=None)
+    jump_host: str | None = _check(checks.safe_value, default=None)  # ssh -J
+    known_hosts: str | None = _check(checks.safe_value, default=None)  # a known_hosts file of its own
+    # lines run before every command on the login node (module load slurm, export SLURM_CONF=...)
+    env: list[str] = _check(checks.shell_lines, default_factory=list)
+    connect_timeout: int = _check(checks.positive, default=10)
+
+
+@record
 class ClusterProfile(TrainingSettings, _Repr):
     name: str = _check(checks.job_name)
     description: str = ""
@@ -81,6 +97,7 @@ class ClusterProfile(TrainingSettings, _Repr):
     # None: the interpreter running hpc (the same venv, on a shared filesystem); sites with modules say python3
     python: str | None = _check(checks.safe_value, default=None)
     container: Container | None = None
+    remote: Remote | None = None
     preemption: Preemption = field(default_factory=Preemption)
     sbatch_extra: list[str] = _check(checks.sbatch_extra, default_factory=list)
     template: str | None = _check(checks.safe_value, default=None)

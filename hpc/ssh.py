@@ -1,0 +1,127 @@
+"""Commands on a cluster's login node over SSH: one multiplexed connection per host, never a prompt or a hang.
+
+The first command to a host starts a master connection (ControlMaster) that stays up for ten minutes, so every
+later command, rsync included, costs about one network round trip. BatchMode makes ssh fail instead of asking
+for a password or a host key; every call has a timeout. Failures are one line naming the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from hpc.errors import HpcError
+
+PERSIST_S = 600
+UNREACHABLE = 255  # ssh's own failures exit 255; the remote command's codes come through otherwise
+
+
+def _control_dir() -> Path:
+    # a short path of its own: a socket path may not exceed ~104 bytes, and XDG folders can be long
+    path = Path(tempfile.gettempdir()) / f"hpc-ssh-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+class Ssh:
+    def __init__(self, remote):
+        self.remote = remote
+
+    @property
+    def label(self) -> str:
+        r = self.remote
+        return f"{r.user + '@' if r.user else ''}{r.host}{':' + str(r.port) if r.port else ''}"
+
+    def options(self) -> list[str]:
+        r = self.remote
+        opts = ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={r.connect_timeout}",
+                "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
+                "-o", "ControlMaster=auto", "-o", f"ControlPath={_control_dir()}/%C",
+                "-o", f"ControlPersist={PERSIST_S}", "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR"]
+        if r.known_hosts:
+            opts += ["-o", f"UserKnownHostsFile={r.known_hosts}"]
+        if r.port:
+            opts += ["-p", str(r.port)]
+        if r.identity_file:
+            opts += ["-i", os.path.expanduser(r.identity_file), "-o", "IdentitiesOnly=yes"]
+        if r.jump_host:
+            opts += ["-J", r.jump_host]
+        if r.user:
+            opts += ["-l", r.user]
+        return opts
+
+    def command_line(self, script: str) -> list[str]:
+        """ssh argv running ``script`` (shell text) on the login node, after the profile's env lines."""
+        text = "\n".join([*self.remote.env, script])
+        return ["ssh", *self.options(), self.remote.host, "--", text]
+
+    def shell(self, script: str, *, input: bytes | None = None, timeout: float = 60,
+              check: bool = True) -> subprocess.CompletedProcess:
+        """Run shell text there; returns the finished process (stdout as bytes)."""
+        argv = self.command_line(script)
+        try:
+            proc = subprocess.run(argv, input=input, capture_output=True, timeout=timeout,
+                                  stdin=None if input is not None else subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise HpcError("ssh not found on this machine", fix="install the OpenSSH client") from None
+        except subprocess.TimeoutExpired:
+            raise HpcError(f"ssh {self.label} did not answer within {timeout:g} s",
+                           fix="check the network and the login node; `ssh -O exit` ends a stuck connection") from None
+        if proc.returncode == UNREACHABLE:
+            raise self.failure(proc.stderr.decode(errors="replace"))
+        if check and proc.returncode != 0:
+            message = " ".join(proc.stderr.decode(errors="replace").split())[:400] or f"exit code {proc.returncode}"
+            raise HpcError(f"on {self.label}: {message}", fix="see the message from the login node")
+        return proc
+
+    def run(self, argv: Sequence[str], timeout: float = 60) -> "subprocess.CompletedProcess[str]":
+        """A command there, as ``subprocess.run(..., text=True)`` would return it here: the Slurm runner."""
+        proc = self.shell(shlex.join(argv), timeout=timeout, check=False)
+        return subprocess.CompletedProcess(list(argv), proc.returncode, proc.stdout.decode(errors="replace"),
+                                           proc.stderr.decode(errors="replace"))
+
+    def rsync(self, source: str, dest: str, *, make_dirs: str, timeout: float = 600) -> str:
+        """rsync a local folder's contents into ``dest`` there over the shared connection; returns --stats."""
+        remote_rsync = f"mkdir -p {shlex.quote(make_dirs)} && rsync"
+        argv = ["rsync", "-a", "--delete", "--stats", "-e", shlex.join(["ssh", *self.options()]),
+                f"--rsync-path={remote_rsync}", source.rstrip("/") + "/", f"{self.remote.host}:{dest}"]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise HpcError("rsync not found on this machine", fix="install rsync (it sends only what changed)") from None
+        except subprocess.TimeoutExpired:
+            raise HpcError(f"sending the code to {self.label} took over {timeout:g} s",
+                           fix="exclude large files from the snapshot (snapshot_exclude)") from None
+        if proc.returncode != 0:
+            if "ssh:" in proc.stderr or proc.returncode == 255:
+                raise self.failure(proc.stderr)
+            message = " ".join(proc.stderr.split())[:400]
+            raise HpcError(f"rsync to {self.label} failed: {message}",
+                           fix="check that rsync is installed on the login node and the folder is writable")
+        return proc.stdout
+
+    def failure(self, stderr: str) -> HpcError:
+        """ssh's own failure (exit 255) as one line with the fix."""
+        text = " ".join(stderr.split())
+        host = self.label
+        if "Host key verification failed" in text or "REMOTE HOST IDENTIFICATION HAS CHANGED" in text:
+            return HpcError(f"ssh {host}: the host key is unknown or has changed",
+                            fix=f"connect once by hand (ssh {self.remote.host}) and check the key, or set "
+                                "remote.known_hosts in the profile")
+        if "Permission denied" in text:
+            return HpcError(f"ssh {host}: the login node refused the key ({text[:200]})",
+                            fix="set remote.identity_file (an unencrypted key, or one held by ssh-agent)")
+        if "Could not resolve hostname" in text:
+            return HpcError(f"ssh {host}: unknown host name", fix="check remote.host, or its alias in ~/.ssh/config")
+        if "Connection refused" in text or "timed out" in text or "No route to host" in text \
+                or "Network is unreachable" in text:
+            return HpcError(f"ssh {host}: unreachable ({text[:200]})",
+                            fix="check the network, VPN and remote.port; is the login node up?")
+        return HpcError(f"ssh {host} failed: {text[:300] or 'exit code 255'}", fix="try `ssh -v` by hand")
+
+    def close(self) -> None:
+        subprocess.run(["ssh", *self.options(), "-O", "exit", self.remote.host], capture_output=True, timeout=10)
