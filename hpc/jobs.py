@@ -20,7 +20,7 @@ from hpc.errors import HpcError
 RECORD = layout.RECORD
 
 
-def _data_dir() -> Path:
+def data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "hpc" / "jobs"
 
@@ -94,7 +94,7 @@ def _write_new(path: Path, text: str) -> None:
 
 def save(record: JobRecord) -> None:
     _write_new(record.home / RECORD, json.dumps(asdict(record), indent=2) + "\n")
-    index = _data_dir()
+    index = data_dir()
     index.mkdir(parents=True, exist_ok=True)
     # a SLURM id can come back (another cluster, a reset one): the index keeps every submission
     stamp = f"{record.submitted_at:.6f}"
@@ -126,7 +126,7 @@ def find(ref: str | None) -> JobRecord:
 
 def _index_entries() -> list[tuple[float, str, str]]:
     out = []
-    index = _data_dir()
+    index = data_dir()
     if not index.is_dir():
         return out
     for path in index.glob("*--*.json"):

@@ -36,11 +36,18 @@ class Ssh:
         r = self.remote
         return f"{r.user + '@' if r.user else ''}{r.host}{':' + str(r.port) if r.port else ''}"
 
+    def _key(self) -> str:
+        """One master connection per destination and settings: a connection made with other keys or host
+        keys is not reused (ssh's own %C names the destination only)."""
+        import hashlib
+
+        return hashlib.sha256(repr(self.remote).encode()).hexdigest()[:20]
+
     def options(self) -> list[str]:
         r = self.remote
         opts = ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={r.connect_timeout}",
                 "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
-                "-o", "ControlMaster=auto", "-o", f"ControlPath={_control_dir()}/%C",
+                "-o", "ControlMaster=auto", "-o", f"ControlPath={_control_dir()}/{self._key()}",
                 "-o", f"ControlPersist={PERSIST_S}", "-o", "StrictHostKeyChecking=yes", "-o", "LogLevel=ERROR"]
         if r.known_hosts:
             opts += ["-o", f"UserKnownHostsFile={r.known_hosts}"]

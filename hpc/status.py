@@ -23,15 +23,21 @@ def states(record: JobRecord) -> dict[str, TaskState]:
 
 def states_of(records: list[JobRecord]) -> dict[str, dict[str, TaskState]]:
     """Job folder -> task -> state for many jobs: one scheduler query per backend, not one per job."""
+    out: dict[str, dict[str, TaskState]] = {}
+    for backend, group in by_backend(records):
+        out.update(backend.states(group))
+    return out
+
+
+def by_backend(records: list[JobRecord]) -> list[tuple[object, list[JobRecord]]]:
+    """The records grouped by the backend that follows them (a scheduler, or one cluster over SSH)."""
     from hpc import backends
 
-    by_backend: dict[str, list[JobRecord]] = {}
+    groups: dict[int, tuple[object, list[JobRecord]]] = {}
     for record in records:
-        by_backend.setdefault(record.scheduler, []).append(record)
-    out: dict[str, dict[str, TaskState]] = {}
-    for name, group in by_backend.items():
-        out.update(backends.get(name).states(group))
-    return out
+        backend = backends.for_record(record)
+        groups.setdefault(id(backend), (backend, []))[1].append(record)
+    return list(groups.values())
 
 
 def summarize(tasks: dict[str, TaskState]) -> tuple[str, int | None, dict[str, int]]:

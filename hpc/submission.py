@@ -41,29 +41,34 @@ def submit(effective: Effective, *, argv: list[str], take_snapshot: bool = True,
     _check_script(job.script, cwd, snapshot_taken=False)  # fail before anything is written
     backend.advise(effective)
     if dry_run:
-        job_dir = Path(job.output_dir).absolute() / f"{job.job_name}-YYYYmmdd-HHMMSS-xxxx"  # named at submit
+        job_dir = backend.placeholder(job)
         return backend.plan(effective, job_dir, job_dir / layout.CODE if take_snapshot else cwd, extra_files)
+    if not take_snapshot and backend.needs_snapshot:
+        raise HpcError("a remote cluster runs the code snapshot: it cannot run from this folder",
+                       fix="drop --no-snapshot")
     backend.preflight(effective)
-    job_dir = jobs.new_job_dir(job.output_dir, job.job_name)
+    place = backend.new_job(job)
     try:
         snap: dict = {"source": "none"}
         workdir = cwd
         if take_snapshot:
-            workdir, snap = snapshot.take(cwd, job_dir / layout.CODE, exclude_dirs=[Path(job.output_dir).absolute()],
-                                          include=job.snapshot_include, exclude=job.snapshot_exclude)
-            workdir.mkdir(parents=True, exist_ok=True)
-            _check_script(job.script, workdir, snapshot_taken=True)
-        plan = backend.plan(effective, job_dir, workdir, extra_files)
-        plan.materialize()
-        (job_dir / layout.EFFECTIVE).write_text(_effective_json(effective))
-        (job_dir / layout.LOGS).mkdir(exist_ok=True)
-        job_id, details = backend.start(plan)
+            staged, snap = snapshot.take(cwd, place.stage / layout.CODE, exclude_dirs=[Path(job.output_dir).absolute()],
+                                         include=job.snapshot_include, exclude=job.snapshot_exclude)
+            staged.mkdir(parents=True, exist_ok=True)
+            _check_script(job.script, staged, snapshot_taken=True)
+            workdir = place.job_dir / staged.relative_to(place.stage)
+        plan = backend.plan(effective, place.job_dir, workdir, extra_files)
+        plan.materialize(place.stage)
+        (place.stage / layout.EFFECTIVE).write_text(_effective_json(effective))
+        (place.stage / layout.LOGS).mkdir(exist_ok=True)
+        job_id, details = backend.start(plan, place)
     except BaseException:
-        shutil.rmtree(job_dir, ignore_errors=True)  # nothing was submitted: leave no half job behind
+        shutil.rmtree(place.stage, ignore_errors=True)  # nothing was submitted: leave no half job behind
         raise
     record = jobs.JobRecord(
-        job_id=job_id, scheduler=backend.name, profile=profile.name, name=job.job_name, job_dir=str(job_dir),
+        job_id=job_id, scheduler=backend.name, profile=profile.name, name=job.job_name, job_dir=str(place.job_dir),
         submitted_at=time.time(), argv=argv, workdir=str(workdir), script=plan.script_name, array=plan.array,
-        snapshot=snap, local=details, kind=kind or ("module" if job.module else "script" if job.script else "command"))
+        snapshot=snap, local=details, kind=kind or ("module" if job.module else "script" if job.script else "command"),
+        **backend.record_fields(place))
     jobs.save(record)
     return record

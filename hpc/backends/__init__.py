@@ -30,11 +30,35 @@ def get(name: str) -> Backend:
     return _made[name]
 
 
+_remote: dict[str, Backend] = {}
+
+
+def _over_ssh(remote) -> Backend:
+    """A cluster reached over SSH: one backend (and one connection) per login node and settings."""
+    from hpc.backends.remote import RemoteSlurmBackend
+
+    key = repr(remote)
+    if key not in _remote:
+        _remote[key] = RemoteSlurmBackend(remote)
+    return _remote[key]
+
+
 def for_record(record) -> Backend:
+    if record.remote:
+        from hpc.config.schema import Remote
+        from hpc.config.validate import build
+
+        return _over_ssh(build(Remote, record.remote, source=f"the record of job {record.job_id}"))
     return get(record.scheduler)
 
 
 def for_profile(profile) -> Backend:
+    if profile.remote is not None:
+        if profile.scheduler != "slurm":
+            from hpc.errors import HpcError
+
+            raise HpcError(f"profile {profile.name}: remote needs scheduler slurm", fix="drop remote, or use slurm")
+        return _over_ssh(profile.remote)
     return get(profile.scheduler)
 
 

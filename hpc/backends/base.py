@@ -44,12 +44,14 @@ class Plan:
         out.update(self.extra_files)
         return out
 
-    def materialize(self) -> list[Path]:
-        """Write the files; never over an existing one (a job folder is a record, not a scratch pad)."""
-        self.job_dir.mkdir(parents=True, exist_ok=True)
+    def materialize(self, into: Path | None = None) -> list[Path]:
+        """Write the files (``into`` a local folder that stands for the job folder, for a remote cluster);
+        never over an existing one (a job folder is a record, not a scratch pad)."""
+        root = into or self.job_dir
+        root.mkdir(parents=True, exist_ok=True)
         written = []
         for name, content in self.files().items():
-            target = self.job_dir / name
+            target = root / name
             if target.exists():
                 raise HpcError(f"{target} already exists", fix="choose another output folder, or remove it first")
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -62,12 +64,22 @@ class Plan:
         return written
 
 
+@dataclass(frozen=True)
+class Placement:
+    """A new job's folder: where the job will find its files, and where this machine writes them first
+    (the same folder unless the cluster is remote)."""
+
+    job_dir: Path
+    stage: Path
+
+
 class Backend:
     """A scheduler. Subclasses say how a job is asked for, started, followed and stopped there."""
 
     name = ""
     script_name = ""
     warns_before_limit = False  # the scheduler signals the job ahead of its time limit
+    needs_snapshot = False  # the job cannot run from the submit folder
 
     # --- planning (torch-free, no scheduler contact) -------------------------------------------------
     def template(self, job) -> str:
@@ -107,11 +119,26 @@ class Backend:
         """Warnings worth a look before submitting (a dry run too); no scheduler contact."""
 
     # --- the scheduler ----------------------------------------------------------------------------
+    def new_job(self, job) -> Placement:
+        from hpc import jobs
+
+        folder = jobs.new_job_dir(job.output_dir, job.job_name)
+        return Placement(folder, folder)
+
+    def placeholder(self, job) -> Path:
+        """What a dry run shows for the folder (named at submit)."""
+        return Path(job.output_dir).absolute() / f"{job.job_name}-YYYYmmdd-HHMMSS-xxxx"
+
+    def record_fields(self, placement: Placement) -> dict:
+        """What a record of a job placed here keeps beyond the common fields."""
+        return {}
+
     def preflight(self, effective: Effective) -> None:
         """Before a submit writes anything: can this scheduler run the job at all?"""
 
-    def start(self, plan: Plan) -> tuple[str, dict]:
-        """Run the plan's command; returns (job id, details for the record)."""
+    def start(self, plan: Plan, placement: Placement) -> tuple[str, dict]:
+        """Run the plan's command (its files are written in ``placement.stage``); returns (job id, details for
+        the record)."""
         raise NotImplementedError
 
     def states(self, records: list[JobRecord]) -> dict[str, dict[str, TaskState]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 
 from hpc import layout
-from hpc.backends.base import Backend, Plan, from_exit_file
+from hpc.backends.base import Backend, Placement, Plan, from_exit_file
 from hpc.errors import HpcError
 from hpc.jobs import JobRecord
 from hpc.slurm import formats
@@ -48,7 +48,7 @@ class LocalBackend(Backend):
     def submit_command(self, script: str, workdir: str | None) -> list[str]:
         return ["bash", script]
 
-    def start(self, plan: Plan) -> tuple[str, dict]:
+    def start(self, plan: Plan, placement: Placement) -> tuple[str, dict]:
         job_dir = plan.job_dir
         job_id = f"local-{job_dir.name.rsplit('-', 1)[-1]}{int(time.time()) % 100000}"
         folder = layout.JobFolder(job_dir)

@@ -6,7 +6,7 @@ import json
 import os
 
 from hpc import layout
-from hpc.backends.base import Backend, Plan, own_state, task_files
+from hpc.backends.base import Backend, Placement, Plan, own_state, task_files
 from hpc.errors import HpcError
 from hpc.jobs import JobRecord
 from hpc.resources import user_cache_dir
@@ -94,13 +94,16 @@ class SlurmBackend(Backend):
         job, profile = effective.job, effective.profile
         lead_time.warn_from_history(job.job_name, profile.name, profile.preemption.lead_time)
 
+    def require_conf(self) -> None:
+        require_conf()
+
     def preflight(self, effective) -> None:
         job = effective.job
-        require_conf()
+        self.require_conf()
         check_fits(self.slurm, job.partition, job.nodes, job.time, job.gpus_per_node)
 
-    def start(self, plan: Plan) -> tuple[str, dict]:
-        require_conf()
+    def start(self, plan: Plan, placement: Placement) -> tuple[str, dict]:
+        self.require_conf()
         return self.slurm.submit_argv(plan.command), {}
 
     # --- states: squeue, then accounting, then the job's own record; never assume COMPLETED ----------
@@ -111,7 +114,7 @@ class SlurmBackend(Backend):
 
     def collect(self, records: list[JobRecord]) -> "Facts":
         """squeue for every job, then accounting and the job folders for what squeue no longer shows."""
-        require_conf()
+        self.require_conf()
         live = self.slurm.queue(",".join(dict.fromkeys(r.job_id for r in records)))
         ended = [r for r in records if any(_live_key(r, t) not in live for t in r.tasks)]
         facts = Facts(live)
@@ -141,7 +144,7 @@ class SlurmBackend(Backend):
 
     def _accounting_source(self) -> str | None:
         """'dbd' or 'jobcomp', remembered per cluster: asking costs a SLURM call each time."""
-        key = os.environ.get("SLURM_CONF") or "default"
+        key = self.accounting_key()
         cache = user_cache_dir() / "slurm-accounting.json"
         try:
             known = json.loads(cache.read_text())
@@ -158,8 +161,12 @@ class SlurmBackend(Backend):
                 pass
         return source
 
+    def accounting_key(self) -> str:
+        """Names the cluster in the cache of accounting sources."""
+        return os.environ.get("SLURM_CONF") or "default"
+
     def cancel(self, record: JobRecord, task: str | None = None) -> None:
-        require_conf()
+        self.require_conf()
         record.mark(layout.CANCELLED)
         self.slurm.cancel(record.job_id if task is None else f"{record.job_id}_{task}")
 

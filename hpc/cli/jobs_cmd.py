@@ -64,12 +64,9 @@ def list_(limit, as_json):
     from hpc.errors import HpcError
 
     records = jobs.recent(limit)
-    by_backend: dict[str, list] = {}
-    for record in records:
-        by_backend.setdefault(record.scheduler, []).append(record)
     found: dict[str, dict] = {}
     failed: dict[str, str] = {}
-    for group in by_backend.values():  # one query per scheduler for every job listed
+    for _, group in st.by_backend(records):  # one query per scheduler (or cluster) for every job listed
         try:
             found.update(st.states_of(group))
         except HpcError as e:  # e.g. SLURM jobs listed from a machine without SLURM

@@ -52,15 +52,9 @@ class Slurm:
         return proc.stdout
 
     def submit_argv(self, argv: Sequence[str]) -> str:
-        """Run a plan's ``sbatch --parsable ...`` -> the job id (``jobid[;cluster]``: the cluster part is dropped)."""
+        """Run a plan's ``sbatch --parsable ...`` -> the job id."""
         proc = self.run(argv)
-        if proc.returncode != 0:
-            message = " ".join((proc.stderr or proc.stdout).split())
-            raise HpcError(f"sbatch refused the job: {message}", fix="see sbatch's message above")
-        job_id = proc.stdout.strip().splitlines()[-1].split(";")[0] if proc.stdout.strip() else ""
-        if not job_id.isdigit():
-            raise HpcError(f"sbatch printed {proc.stdout.strip()!r}, not a job id", fix="check sbatch --parsable")
-        return job_id
+        return sbatch_job_id(proc.returncode, proc.stdout, proc.stderr)
 
     def submit(self, script: str, cwd: str) -> str:
         return self.submit_argv(["sbatch", "--parsable", f"--chdir={cwd}", script])
@@ -68,16 +62,12 @@ class Slurm:
     def queue(self, job_ids: str) -> dict[str, tuple[str, str, str]]:
         """Live jobs and array tasks of any number of jobs (``"12,15"``), in one call:
         ``12`` or ``15_3`` -> (state, raw job id, reason)."""
-        proc = self.run(["squeue", "-h", "-r", "-j", job_ids, "-o", "%i|%T|%A|%r"])
+        proc = self.run(["squeue", "-h", "-r", "-j", job_ids, "-o", QUEUE_FORMAT])
         if proc.returncode != 0:
             if "Invalid job id" in proc.stderr:
                 return {}  # finished and forgotten
             raise HpcError(f"squeue failed: {' '.join(proc.stderr.split())}", fix="check the controller (scontrol ping)")
-        out = {}
-        for line in proc.stdout.splitlines():
-            ident, state, raw, reason = (line.split("|") + ["", "", ""])[:4]
-            out[ident] = (state, raw, reason)
-        return out
+        return parse_queue(proc.stdout)
 
     def accounting_source(self) -> str | None:
         """Where finished jobs are kept: 'dbd' (slurmdbd), 'jobcomp' (the job completion file), 'none'."""
@@ -97,7 +87,7 @@ class Slurm:
         that had the id. ``source`` None: slurmdbd, else the jobcomp file."""
         if source == "none" or not ids:
             return {}
-        fields = ["-n", "-P", "-j", ",".join(ids), "-o", "JobID,JobIDRaw,State,ExitCode,Start"]
+        fields = ["-n", "-P", "-j", ",".join(ids), "-o", ACCOUNTING_FIELDS]
         proc = None
         if source in (None, "dbd"):
             proc = self.run(["sacct", "-X", *fields])
@@ -105,16 +95,7 @@ class Slurm:
             proc = self.run(["sacct", "-c", *fields])
         if proc is None or proc.returncode != 0:
             return {}
-        out: dict[str, list[tuple[TaskState, float | None]]] = {}
-        for line in proc.stdout.splitlines():
-            parts = line.split("|")
-            if len(parts) < 5 or not parts[2]:
-                continue
-            code = parts[3].split(":")[0]
-            row = (TaskState(parts[2].split()[0], int(code) if code.isdigit() else None), _timestamp(parts[4]))
-            for ident in dict.fromkeys(parts[:2]):
-                out.setdefault(ident, []).append(row)
-        return out
+        return parse_accounting(proc.stdout)
 
     def cancel(self, job_id: str, signal: str | None = None) -> None:
         argv = ["scancel"] + ([f"--signal={signal}", "--batch"] if signal else []) + [job_id]
@@ -144,6 +125,45 @@ class Slurm:
     def partition_gres(self, name: str) -> str:
         proc = self.run(["sinfo", "-h", "-p", name, "-o", "%G"])
         return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def sbatch_job_id(returncode: int, stdout: str, stderr: str) -> str:
+    """What ``sbatch --parsable`` answered -> the job id (``jobid[;cluster]``: the cluster part is dropped)."""
+    if returncode != 0:
+        raise HpcError(f"sbatch refused the job: {' '.join((stderr or stdout).split())}",
+                       fix="see sbatch's message above")
+    job_id = stdout.strip().splitlines()[-1].split(";")[0] if stdout.strip() else ""
+    if not job_id.isdigit():
+        raise HpcError(f"sbatch printed {stdout.strip()!r}, not a job id", fix="check sbatch --parsable")
+    return job_id
+
+
+def parse_queue(text: str) -> dict[str, tuple[str, str, str]]:
+    """``squeue -o %i|%T|%A|%r`` lines -> ``12`` or ``15_3`` -> (state, raw job id, reason)."""
+    out = {}
+    for line in text.splitlines():
+        ident, state, raw, reason = (line.split("|") + ["", "", ""])[:4]
+        if ident:
+            out[ident] = (state, raw, reason)
+    return out
+
+
+def parse_accounting(text: str) -> dict[str, list[tuple[TaskState, float | None]]]:
+    """``sacct -P -o JobID,JobIDRaw,State,ExitCode,Start`` lines -> id (both forms) -> [(state, start time)]."""
+    out: dict[str, list[tuple[TaskState, float | None]]] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 5 or not parts[2]:
+            continue
+        code = parts[3].split(":")[0]
+        row = (TaskState(parts[2].split()[0], int(code) if code.isdigit() else None), _timestamp(parts[4]))
+        for ident in dict.fromkeys(parts[:2]):
+            out.setdefault(ident, []).append(row)
+    return out
+
+
+QUEUE_FORMAT = "%i|%T|%A|%r"
+ACCOUNTING_FIELDS = "JobID,JobIDRaw,State,ExitCode,Start"
 
 
 def _timestamp(start: str) -> float | None:

@@ -1,0 +1,209 @@
+"""SLURM on a cluster reached over SSH: the SLURM backend, its commands and file reads run on the login node.
+
+Submit sends the code snapshot with rsync into a cache folder per project on the cluster (so a second submit of
+the same tree sends only what changed), hard-links it into the new job folder, unpacks the job's own files and
+runs sbatch: two round trips. A status is one round trip: squeue, sacct and the job folders' task files in one
+shell script. The record stays on this machine, with a copy of what was sent (less the code).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import secrets
+import shlex
+import tarfile
+import time
+from pathlib import Path, PurePosixPath
+
+from hpc import layout
+from hpc.backends.base import Placement, Plan
+from hpc.backends.slurm import Facts, SlurmBackend
+from hpc.config.validate import to_plain
+from hpc.jobs import JobRecord
+from hpc.slurm.commands import ACCOUNTING_FIELDS, QUEUE_FORMAT, Slurm, parse_accounting, parse_queue, sbatch_job_id
+from hpc.ssh import Ssh
+
+MARK = "@@hpc@@"  # separates the parts of a status probe's answer
+
+
+class RemoteFiles:
+    """A job folder on the cluster. Reads are SSH round trips, except what a status probe already brought."""
+
+    def __init__(self, ssh: Ssh, root: str):
+        self.ssh, self.root = ssh, root.rstrip("/")
+        self.known: dict[str, dict[str, str]] | None = None  # rel_dir -> name -> text, from the last probe
+
+    def _path(self, rel: str) -> str:
+        return shlex.quote(f"{self.root}/{rel}")
+
+    def list(self, rel_dir: str) -> list[str]:
+        if self.known is not None and rel_dir in self.known:
+            return sorted(self.known[rel_dir])
+        proc = self.ssh.shell(f"ls -1A {self._path(rel_dir)} 2>/dev/null || true")
+        return sorted(proc.stdout.decode(errors="replace").split("\n")[:-1])
+
+    def read(self, rel: str, offset: int = 0) -> bytes | None:
+        folder, _, name = rel.rpartition("/")
+        if offset == 0 and self.known is not None and name in self.known.get(folder, {}):
+            return self.known[folder][name].encode()
+        proc = self.ssh.shell(f"f={self._path(rel)}; [ -f \"$f\" ] || exit 3; tail -c +{offset + 1} \"$f\"",
+                              check=False)
+        return proc.stdout if proc.returncode == 0 else None
+
+    def read_all(self, rel_dir: str, suffix: str) -> dict[str, str]:
+        return {n[:-len(suffix)]: self.read(f"{rel_dir}/{n}").decode(errors="replace").strip()
+                for n in self.list(rel_dir) if n.endswith(suffix)}
+
+
+class RemoteSlurmBackend(SlurmBackend):
+    needs_snapshot = True
+
+    def __init__(self, remote):
+        self.remote = remote
+        self.ssh = Ssh(remote)
+        super().__init__(Slurm(run=self.ssh.run))
+        self._files: dict[str, RemoteFiles] = {}
+
+    def require_conf(self) -> None:
+        """The login node has its own SLURM configuration."""
+
+    def accounting_key(self) -> str:
+        return f"ssh:{self.ssh.label}"
+
+    # --- placing and sending --------------------------------------------------------------------------
+    def new_job(self, job) -> Placement:
+        from hpc import jobs
+
+        name = f"{job.job_name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        stage = jobs.data_dir().parent / "remote" / re.sub(r"[^A-Za-z0-9_.@-]", "_", self.ssh.label) / name
+        stage.mkdir(parents=True)  # exclusive: two submissions never share one
+        return Placement(Path(PurePosixPath(self.remote.job_root) / name), stage)
+
+    def placeholder(self, job) -> Path:
+        return Path(PurePosixPath(self.remote.job_root) / f"{job.job_name}-YYYYmmdd-HHMMSS-xxxx")
+
+    def record_fields(self, placement: Placement) -> dict:
+        return {"remote": to_plain(self.remote), "record_dir": str(placement.stage)}
+
+    def preflight(self, effective) -> None:
+        job = effective.job
+        from hpc.slurm.commands import check_fits
+
+        check_fits(self.slurm, job.partition, job.nodes, job.time, job.gpus_per_node)
+
+    def start(self, plan: Plan, placement: Placement) -> tuple[str, dict]:
+        job_dir, stage = str(placement.job_dir), placement.stage
+        code = stage / layout.CODE
+        cache = f"{self.remote.job_root}/.hpc-code/{_project_key(plan)}"
+        sent: dict = {}
+        if code.is_dir():
+            stats = self.ssh.rsync(str(code), cache, make_dirs=cache)
+            sent = _rsync_stats(stats)
+        files = io.BytesIO()
+        with tarfile.open(fileobj=files, mode="w") as tar:
+            for path in sorted(stage.iterdir()):
+                if path.name != layout.CODE:
+                    tar.add(path, arcname=path.name)
+        script = "\n".join([
+            "set -e",
+            f"mkdir -p {shlex.quote(job_dir)}",
+            f"tar -x -C {shlex.quote(job_dir)}",
+            *([f"cp -al {shlex.quote(cache)} {shlex.quote(job_dir + '/' + layout.CODE)}"] if code.is_dir() else []),
+            "set +e",
+            shlex.join(plan.command),
+        ])
+        proc = self.ssh.shell(script, input=files.getvalue(), check=False, timeout=120)
+        job_id = sbatch_job_id(proc.returncode, proc.stdout.decode(errors="replace"),
+                               proc.stderr.decode(errors="replace"))
+        if code.is_dir():
+            import shutil
+
+            shutil.rmtree(code, ignore_errors=True)  # it is on the cluster now; the record keeps what describes it
+        return job_id, {"host": self.ssh.label, "code_cache": cache, **sent}
+
+    # --- following ------------------------------------------------------------------------------------
+    def files(self, record: JobRecord) -> RemoteFiles:
+        if record.job_dir not in self._files:
+            self._files[record.job_dir] = RemoteFiles(self.ssh, record.job_dir)
+        return self._files[record.job_dir]
+
+    def collect(self, records: list[JobRecord]) -> Facts:
+        """squeue, sacct and every job folder's task files in one round trip."""
+        source = self._accounting_source()
+        ids = ",".join(dict.fromkeys(r.job_id for r in records))
+        dirs = " ".join(shlex.quote(r.job_dir) for r in records)
+        raw = f'raw=$(for d in {dirs}; do cat "$d"/{layout.TASKS}/*.{layout.TaskFile.JOBID} 2>/dev/null; done ' \
+              f'| cut -d" " -f1 | paste -sd, -)'
+        if source == "dbd":
+            sacct = f"sacct -X -n -P -j {ids} -o {ACCOUNTING_FIELDS} 2>/dev/null"
+        elif source == "jobcomp":
+            sacct = f'{raw}; sacct -c -n -P -j "{ids}${{raw:+,$raw}}" -o {ACCOUNTING_FIELDS} 2>/dev/null'
+        else:
+            sacct = "true"
+        script = "\n".join([
+            f"echo {MARK}squeue; squeue -h -r -j {ids} -o {shlex.quote(QUEUE_FORMAT)} 2>/dev/null",
+            f"echo {MARK}sacct; {sacct}",
+            f"for d in {dirs}; do echo \"{MARK}dir $d\"; cd \"$d\" 2>/dev/null || continue",
+            f"  for f in {layout.TASKS}/* {layout.HANG}/*/summary.txt; do",
+            "    [ -f \"$f\" ] && printf '%s\\t%s\\n' \"$f\" \"$(tr '\\n\\t' '  ' < \"$f\")\"",
+            "  done",
+            "done",
+            "true",
+        ])
+        parts = _split(self.ssh.shell(script, timeout=120).stdout.decode(errors="replace"))
+        facts = Facts(parse_queue(parts.get("squeue", "")))
+        facts.acct = parse_accounting(parts.get("sacct", ""))
+        by_dir = {r.job_dir: r for r in records}
+        for key, text in parts.items():
+            if not key.startswith("dir "):
+                continue
+            files = self.files(by_dir[key[4:]])
+            files.known = {layout.TASKS: {}, layout.HANG: {}}
+            for line in text.splitlines():
+                rel, _, content = line.partition("\t")
+                folder, _, name = rel.rpartition("/")
+                files.known.setdefault(folder, {})[name] = content
+                if folder.startswith(f"{layout.HANG}/"):
+                    files.known[layout.HANG][folder.split("/", 1)[1]] = ""
+        for r in records:
+            known = self.files(r).known or {}
+            names = known.get(layout.TASKS, {})
+            facts.exits[r.job_dir] = _by_suffix(names, f".{layout.TaskFile.EXIT}")
+            if source != "dbd" and r.array is not None:
+                facts.raw_ids = facts.raw_ids or {}
+                facts.raw_ids[r.job_dir] = _by_suffix(names, f".{layout.TaskFile.JOBID}")
+        return facts
+
+
+def _split(text: str) -> dict[str, str]:
+    parts: dict[str, str] = {}
+    key = None
+    for line in text.split("\n"):
+        if line.startswith(MARK):
+            key = line[len(MARK):]
+            parts[key] = ""
+        elif key is not None:
+            parts[key] += line + "\n"
+    return parts
+
+
+def _by_suffix(names: dict[str, str], suffix: str) -> dict[str, str]:
+    return {n[:-len(suffix)]: text.strip() for n, text in names.items() if n.endswith(suffix)}
+
+
+def _project_key(plan: Plan) -> str:
+    """One code cache per project and job name on the cluster: the next submit of that tree sends the changes."""
+    import hashlib
+
+    origin = str(plan.effective.profile_path) + "|" + str(Path.cwd())
+    return f"{plan.effective.job.job_name}-{hashlib.sha256(origin.encode()).hexdigest()[:12]}"
+
+
+def _rsync_stats(text: str) -> dict:
+    def number(label: str) -> int:
+        match = re.search(rf"{label}: ([\d,]+)", text)
+        return int(match.group(1).replace(",", "")) if match else 0
+
+    return {"sent_files": number("Number of regular files transferred"),
+            "sent_bytes": number("Total transferred file size"), "files": number("Number of files")}
