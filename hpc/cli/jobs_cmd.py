@@ -22,6 +22,7 @@ def _describe(record, tasks, per_task: bool = True) -> dict:
             "exit_code": code,
             "counts": counts, "job_dir": record.job_dir, "submitted_at": record.submitted_at,
             "lost_nodes": base.lost_nodes(files), "hang": base.hang_summary(files),
+            "cluster": record.local.get("host") if record.remote else None,
             **({"tasks": {t: {"state": s.state, "exit_code": s.exit_code, "reason": s.reason}
                           for t, s in tasks.items()}} if per_task else {})}
 
@@ -51,7 +52,7 @@ def status(job, as_json):
         click.echo(f"  lost node(s): {', '.join(info['lost_nodes'])} (later attempts exclude them)")
     if info["hang"]:
         click.echo(f"  {info['hang']}")
-    click.echo(f"  {record.job_dir}")
+    click.echo(f"  {info['cluster'] + ':' if info['cluster'] else ''}{record.job_dir}")  # host:path, as scp has it
 
 
 @click.command("list")
