@@ -15,7 +15,7 @@ from hpc import layout
 from hpc.config.schema import Launcher, Preemption
 from hpc.config.training import TrainingSettings, training_values
 from hpc.config.validate import build, to_plain
-from hpc.errors import ConfigError, HpcError
+from hpc.errors import HpcError
 
 VERSION = 2
 
@@ -74,13 +74,12 @@ def read(path: str | os.PathLike) -> RuntimeConfig:
                        fix=f"unset {layout.RUNTIME_CONFIG_ENV}, or point it at the job's {layout.RUNTIME_CONFIG}") from None
     if not isinstance(data, dict):
         raise HpcError(f"the runtime config {path} is not a JSON object", fix="resubmit the job")
+    if data.get("version") == 1:  # a job submitted before the upgrade, requeued after it: carry on
+        data = {**data, "version": VERSION, "warns_before_limit": data.get("scheduler") == "slurm"}
     if data.get("version") != VERSION:
         raise HpcError(f"the runtime config {path} has version {data.get('version')!r}; this hpc reads {VERSION}",
                        fix="resubmit the job with this hpc, or run it with the hpc that submitted it")
-    try:
-        return build(RuntimeConfig, data, source=str(path))
-    except ConfigError as e:
-        raise HpcError(str(e), fix="resubmit the job") from None
+    return build(RuntimeConfig, data, source=str(path))
 
 
 def current() -> dict:

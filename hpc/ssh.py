@@ -17,6 +17,9 @@ from typing import Sequence
 from hpc.errors import HpcError
 
 PERSIST_S = 600
+# Printed before each command's own output: what a login node's shell start-up prints (a banner, module
+# messages) comes before it and is dropped, so it cannot be taken for a job id or a file's contents.
+START = "@@hpc-ssh-output@@"
 UNREACHABLE = 255  # ssh's own failures exit 255; the remote command's codes come through otherwise
 
 
@@ -63,7 +66,7 @@ class Ssh:
 
     def command_line(self, script: str) -> list[str]:
         """ssh argv running ``script`` (shell text) on the login node, after the profile's env lines."""
-        text = "\n".join([*self.remote.env, script])
+        text = "\n".join([*self.remote.env, f"printf %s {START}", script])
         return ["ssh", *self.options(), self.remote.host, "--", text]
 
     def shell(self, script: str, *, input: bytes | None = None, timeout: float = 60,
@@ -80,6 +83,9 @@ class Ssh:
                            fix="check the network and the login node; `ssh -O exit` ends a stuck connection") from None
         if proc.returncode == UNREACHABLE:
             raise self.failure(proc.stderr.decode(errors="replace"))
+        marker = START.encode()
+        if marker in proc.stdout:
+            proc.stdout = proc.stdout.split(marker, 1)[1]
         if check and proc.returncode != 0:
             message = " ".join(proc.stderr.decode(errors="replace").split())[:400] or f"exit code {proc.returncode}"
             raise HpcError(f"on {self.label}: {message}", fix="see the message from the login node")

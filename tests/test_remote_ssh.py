@@ -100,8 +100,23 @@ def test_submit_logs_status_list_wait_over_ssh_and_a_resubmit_sends_only_what_ch
     assert hpc(login, project, "wait", json.loads(second.stdout)["job_id"]).returncode == 0
 
 
-def test_cancel_over_ssh(login, project):
-    proc = hpc(login, project, "submit", "--json", "-p", "slurm-local-ssh", "--ntasks-per-node", "1",
+CHATTY = """name: chatty
+extends: slurm-local
+remote:
+  host: 127.0.0.1
+  port: 2222
+  user: root
+  identity_file: /tmp/hpc-slurm/ssh/id_ed25519
+  known_hosts: /tmp/hpc-slurm/ssh/known_hosts
+  job_root: /tmp/hpc-slurm/remote-jobs
+  env: ["echo 'Welcome to the cluster! 12345'", "echo 'job 777 module loaded' >&2"]
+"""
+
+
+def test_cancel_over_ssh_from_a_login_node_that_talks(login, project):
+    """A login shell that prints (banners, module messages) cannot be taken for SLURM's or a file's words."""
+    (project / "chatty.yaml").write_text(CHATTY)
+    proc = hpc(login, project, "submit", "--json", "-p", "./chatty.yaml", "--ntasks-per-node", "1",
                "hello.py", "--", "--nap", "300")
     assert proc.returncode == 0, proc.stderr
     job_id = json.loads(proc.stdout)["job_id"]

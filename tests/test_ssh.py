@@ -23,7 +23,8 @@ def test_every_call_is_batch_mode_with_timeouts_and_a_shared_master():
     argv = Ssh(remote(user="me", port=2200, identity_file="/k/id", jump_host="bastion", env=["module load slurm"],
                       connect_timeout=7)).command_line("squeue --me")
     assert argv[0] == "ssh" and argv[-3:-1] == ["login.example.org", "--"]
-    assert argv[-1] == "module load slurm\nsqueue --me"  # the profile's lines first, on the login node
+    lines = argv[-1].split("\n")  # the profile's lines first, on the login node; then a start marker
+    assert lines[0] == "module load slurm" and lines[-1] == "squeue --me" and lines[1].startswith("printf")
     assert option(argv, "BatchMode") == "yes" and option(argv, "ConnectTimeout") == "7"
     assert option(argv, "StrictHostKeyChecking") == "yes"  # an unknown key fails; it is never asked about
     assert option(argv, "ControlMaster") == "auto" and option(argv, "ServerAliveInterval") == "5"

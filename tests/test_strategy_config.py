@@ -96,3 +96,17 @@ def test_offload_param_without_stage_3_is_refused_at_submit():
     with pytest.raises(HpcError, match="offload-param.*stage 3"):
         resolve("local", [flag_layer({"script": "t.py", "strategy": "deepspeed", "zero_stage": 2,
                                       "offload_param": True})])
+
+
+def test_a_runtime_config_from_the_previous_version_is_read_and_a_bad_one_named(tmp_path):
+    """A job submitted before an upgrade and requeued after it carries on; a damaged file is one line."""
+    old = tmp_path / "old.json"
+    old.write_text('{"version": 1, "scheduler": "slurm", "launcher": "srun", "strategy": "fsdp", '
+                   '"preemption": {"signal": "USR1", "lead_time": 60, "requeue": true, "max_requeues": 3}}')
+    cfg = runtime_config.read(old).as_dict()
+    assert cfg["warns_before_limit"] is True and cfg["strategy"] == "fsdp" and cfg["preemption"]["lead_time"] == 60
+    for text, words in (('{"version": 9}', "has version 9"), ("{not json", "cannot read"),
+                        ('{"version": 2, "nodez": 2}', "nodez")):
+        old.write_text(text)
+        with pytest.raises(HpcError, match=words):
+            runtime_config.read(old)
