@@ -102,6 +102,11 @@ def submit(target: str | Callable, *args: Any, profile: str | None = None, snaps
 
         name = re.sub(r"[^A-Za-z0-9._+-]", "-", getattr(target, "__name__", "function")).strip("-._+") or "function"
         effective = _effective(profile, {"job_name": name, **keys, "module": functions.MODULE})
+        if effective.job.array or effective.job.sweep:
+            from hpc.errors import HpcError
+
+            raise HpcError("a function job cannot be an array or a sweep (every task would share its result files)",
+                           fix="submit one job per set of arguments, or a script")
         record = submit_job(effective, argv=argv, take_snapshot=snapshot, kind="function",
                             extra_files={functions.CALL_FILE: functions.pickle_call(target, args, {})})
         job = FunctionJob(record)

@@ -14,7 +14,9 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-FILE = "timings.json"
+from hpc import layout
+
+FILE = layout.TIMINGS
 
 
 @dataclass
@@ -44,9 +46,11 @@ def write(job_dir: str | os.PathLike, timings: Timings) -> None:
     os.replace(tmp, path)
 
 
-def read(job_dir: str | os.PathLike) -> Timings | None:
+def read(job_dir: str | os.PathLike, files=None) -> Timings | None:
+    """What a job measured; ``files``: its folder as its backend reads it (over SSH for a remote cluster)."""
     try:
-        raw = json.loads((Path(job_dir) / FILE).read_text())
+        data = files.read(FILE) if files is not None else (Path(job_dir) / FILE).read_bytes()
+        raw = json.loads(data or b"")
         return Timings(float(raw["step_s"]), float(raw["save_s"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -56,12 +60,16 @@ def warn_from_history(name: str, profile: str, lead_time: float, history: int = 
     """At submit: what the newest earlier job of this name and profile measured, if lead_time is too short."""
     import itertools
 
-    from hpc import jobs
+    from hpc import backends, jobs
+    from hpc.errors import HpcError
 
     for record in itertools.islice(jobs.iter_recent(), history):
         if record.name != name or record.profile != profile:
             continue
-        timings = read(record.dir)
+        try:
+            timings = read(record.dir, backends.for_record(record).files(record))
+        except HpcError:  # the cluster cannot be reached now: the submit will say so itself
+            return None
         if timings is None:
             continue
         problem = shortfall(timings, lead_time)

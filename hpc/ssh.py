@@ -7,6 +7,7 @@ for a password or a host key; every call has a timeout. Failures are one line na
 
 from __future__ import annotations
 
+import base64
 import os
 import shlex
 import subprocess
@@ -65,9 +66,12 @@ class Ssh:
         return opts
 
     def command_line(self, script: str) -> list[str]:
-        """ssh argv running ``script`` (shell text) on the login node, after the profile's env lines."""
+        """ssh argv running ``script`` (bash) on the login node, after the profile's env lines. The login shell
+        may be tcsh or fish: it only sees ``bash -c '...'`` around base64, which every shell passes on as is."""
         text = "\n".join([*self.remote.env, f"printf %s {START}", script])
-        return ["ssh", *self.options(), self.remote.host, "--", text]
+        packed = base64.b64encode(text.encode()).decode()
+        return ["ssh", *self.options(), self.remote.host, "--",
+                f"bash -c 'eval \"$(echo {packed} | base64 -d)\"'"]
 
     def shell(self, script: str, *, input: bytes | None = None, timeout: float = 60,
               check: bool = True) -> subprocess.CompletedProcess:
@@ -97,11 +101,14 @@ class Ssh:
         return subprocess.CompletedProcess(list(argv), proc.returncode, proc.stdout.decode(errors="replace"),
                                            proc.stderr.decode(errors="replace"))
 
-    def rsync(self, source: str, dest: str, *, make_dirs: str, timeout: float = 600) -> str:
-        """rsync a local folder's contents into ``dest`` there over the shared connection; returns --stats."""
+    def rsync(self, source: str, dest: str, *, make_dirs: str, link_dest: str | None = None,
+              timeout: float = 600) -> str:
+        """rsync a local folder's contents into ``dest`` there over the shared connection; files equal to those
+        in ``link_dest`` there are hard-linked from it instead of sent. Returns rsync's --stats."""
         remote_rsync = f"mkdir -p {shlex.quote(make_dirs)} && rsync"
-        argv = ["rsync", "-a", "--delete", "--stats", "-e", shlex.join(["ssh", *self.options()]),
-                f"--rsync-path={remote_rsync}", source.rstrip("/") + "/", f"{self.remote.host}:{dest}"]
+        argv = ["rsync", "-a", "--stats", "-e", shlex.join(["ssh", *self.options()]),
+                f"--rsync-path={remote_rsync}", *([f"--link-dest={link_dest}"] if link_dest else []),
+                source.rstrip("/") + "/", f"{self.remote.host}:{dest}"]
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         except FileNotFoundError:

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from hpc.errors import HpcError
-from hpc.slurm.commands import Slurm, check_fits
+from hpc.slurm.commands import EPOCH, Slurm, check_fits
 
 
 class Recorded:
@@ -25,7 +25,7 @@ class Recorded:
 
 def test_sbatch_parsable_drops_the_cluster_name():
     slurm = Slurm(Recorded([(["sbatch"], (0, "4242;perlmutter\n", ""))]))
-    assert slurm.submit("/j/job.sbatch", "/work") == "4242"
+    assert slurm.submit_argv(["sbatch", "--parsable", "--chdir=/work", "/j/job.sbatch"]) == "4242"
     assert slurm.run.calls[0] == ["sbatch", "--parsable", "--chdir=/work", "/j/job.sbatch"]
 
 
@@ -33,7 +33,7 @@ def test_sbatch_refusal_is_one_line_with_its_message():
     err = "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified\n"
     slurm = Slurm(Recorded([(["sbatch"], (1, "", err))]))
     with pytest.raises(HpcError) as e:
-        slurm.submit("/j/job.sbatch", "/work")
+        slurm.submit_argv(["sbatch", "--parsable", "/j/job.sbatch"])
     assert "Invalid account or account/partition combination" in str(e.value) and "\n" not in str(e.value)
 
 
@@ -50,15 +50,15 @@ def test_accounting_falls_back_to_the_jobcomp_file_and_keeps_every_job_that_had_
     no_dbd = (1, "", "sacct: error: Slurm accounting storage is disabled\n")
     jobcomp = ("12|12|FAILED|3:0|2020-01-01T00:00:00\n"          # an older job 12, from before a reset
                "12|12|TIMEOUT|0:15|2026-11-22T16:00:05\n")
-    slurm = Slurm(Recorded([(["sacct", "-X"], no_dbd), (["sacct", "-c"], (0, jobcomp, ""))]))
+    slurm = Slurm(Recorded([([*EPOCH, "sacct", "-X"], no_dbd), ([*EPOCH, "sacct", "-c"], (0, jobcomp, ""))]))
     rows = slurm.accounting_many(["12"])
     assert [(s.state, s.exit_code) for s, _ in rows["12"]] == [("FAILED", 3), ("TIMEOUT", 0)]
-    assert Slurm(Recorded([(["sacct", "-X"], no_dbd), (["sacct", "-c"], (0, "", ""))])).accounting_many(["12"]) == {}
+    assert Slurm(Recorded([([*EPOCH, "sacct", "-X"], no_dbd), ([*EPOCH, "sacct", "-c"], (0, "", ""))])).accounting_many(["12"]) == {}
 
 
 def test_accounting_reads_cancelled_by_user_and_array_task_ids():
     out = "9|9|CANCELLED by 0|0:0|2026-11-22T16:00:05\n30_2|33|COMPLETED|0:0|2026-11-22T16:00:05\n"
-    rows = Slurm(Recorded([(["sacct", "-X"], (0, out, ""))])).accounting_many(["9", "30_2"], "dbd")
+    rows = Slurm(Recorded([([*EPOCH, "sacct", "-X"], (0, out, ""))])).accounting_many(["9", "30_2"], "dbd")
     assert rows["9"][0][0].state == "CANCELLED"
     assert rows["30_2"] == rows["33"] and rows["33"][0][0].state == "COMPLETED"
 

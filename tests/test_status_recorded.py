@@ -9,7 +9,7 @@ import pytest
 from hpc import layout, status
 from hpc.backends.slurm import SlurmBackend
 from hpc.jobs import JobRecord
-from hpc.slurm.commands import Slurm
+from hpc.slurm.commands import EPOCH, Slurm
 from tests.test_slurm_recorded import Recorded
 
 SUBMITTED = datetime.datetime.fromisoformat("2026-11-22T16:00:00").timestamp()
@@ -39,8 +39,13 @@ def record(tmp_path, job_id, array=None, exits=None, jobids=None, cancelled=Fals
 
 
 def backend(squeue="", sacct="", source="dbd"):
-    return SlurmBackend(Slurm(Recorded([(["squeue"], (0, squeue, "")), (["sacct"], (0, sacct, "")),
+    return SlurmBackend(Slurm(Recorded([(["squeue"], (0, squeue, "")), ([*EPOCH, "sacct"], (0, sacct, "")),
                                         (["scontrol", "show", "config"], (0, CONFIG[source], ""))])))
+
+
+def calls(b) -> list[str]:
+    """The SLURM commands run, by name (sacct runs under env, for epoch times)."""
+    return [c[2] if c[0] == "env" else c[0] for c in b.slurm.run.calls]
 
 
 def states(b, *records):
@@ -73,7 +78,7 @@ def test_an_array_from_squeue_slurmdbd_and_the_jobs_own_record_and_its_summary(t
     tasks = b.states([job])[job.job_dir]
     assert {t: s.state for t, s in tasks.items()} == {"0": "RUNNING", "1": "COMPLETED", "2": "FAILED",
                                                      "3": "CANCELLED", "4": "FAILED", "5": "PENDING"}
-    sacct = next(c for c in b.slurm.run.calls if c[0] == "sacct")
+    sacct = next(c for c in b.slurm.run.calls if "sacct" in c)
     assert sacct[sacct.index("-j") + 1] == "30"  # slurmdbd lists every task under the array's id
     assert status.summarize(tasks) == ("RUNNING", 1, {"RUNNING": 1, "COMPLETED": 1, "FAILED": 2, "CANCELLED": 1,
                                                       "PENDING": 1})
@@ -85,8 +90,8 @@ def test_an_array_under_the_jobcomp_file_is_found_by_the_raw_ids_the_job_wrote(t
     b = backend(sacct="40|40|COMPLETED|0:0|2026-11-22T16:00:05\n41|41|TIMEOUT|0:15|2026-11-22T16:00:05\n"
                       "42|42|COMPLETED|0:0|2026-11-22T16:00:05\n", source="jobcomp")
     assert states(b, job) == [{"0": ("COMPLETED", 0), "1": ("TIMEOUT", 0), "2": ("COMPLETED", 0)}]
-    sacct = [c for c in b.slurm.run.calls if c[0] == "sacct"]
-    assert len(sacct) == 1 and sacct[0][:2] == ["sacct", "-c"]
+    sacct = [c for c in b.slurm.run.calls if "sacct" in c]
+    assert len(sacct) == 1 and sacct[0][2:4] == ["sacct", "-c"]
 
 
 def test_many_jobs_cost_one_squeue_and_one_sacct(tmp_path):
@@ -94,11 +99,10 @@ def test_many_jobs_cost_one_squeue_and_one_sacct(tmp_path):
     b = backend(squeue="100|RUNNING|100|None\n")
     status_of = b.states(records)
     assert len(status_of) == 50 and status_of[records[0].job_dir]["0"].state == "RUNNING"
-    commands = [c[0] for c in b.slurm.run.calls]
-    assert commands == ["squeue", "scontrol", "sacct"]  # scontrol once: the accounting source is remembered
+    assert calls(b) == ["squeue", "scontrol", "sacct"]  # scontrol once: the accounting source is remembered
     b.slurm.run.calls.clear()
     b.states(records)
-    assert [c[0] for c in b.slurm.run.calls] == ["squeue", "sacct"]
+    assert calls(b) == ["squeue", "sacct"]
     squeue = next(c for c in b.slurm.run.calls if c[0] == "squeue")
     assert squeue[squeue.index("-j") + 1] == ",".join(r.job_id for r in records)
 
@@ -107,4 +111,14 @@ def test_nothing_ended_asks_accounting_nothing(tmp_path):
     job = record(tmp_path, "50", array=[0, 1])
     b = backend(squeue="50_0|RUNNING|51|None\n50_1|PENDING|50|Resources\n")
     b.states([job])
-    assert [c[0] for c in b.slurm.run.calls] == ["squeue"]
+    assert calls(b) == ["squeue"]
+
+
+def test_array_tasks_that_never_started_share_one_accounting_row(tmp_path):
+    """Cancelled while pending: slurmdbd keeps one row for the lot (30_[2-5]); each task is CANCELLED, not
+    UNKNOWN (which `hpc wait` would poll for ever). Times come as epoch seconds (SLURM_TIME_FORMAT=%s)."""
+    job = record(tmp_path, "30", array=list(range(6)))
+    b = backend(sacct=f"30_0|31|COMPLETED|0:0|{SUBMITTED + 5:.0f}\n30_1|32|COMPLETED|0:0|{SUBMITTED + 6:.0f}\n"
+                      "30_[2-5]|30|CANCELLED by 0|0:0|None\n")
+    assert {t: s.state for t, s in b.states([job])[job.job_dir].items()} == {
+        "0": "COMPLETED", "1": "COMPLETED", "2": "CANCELLED", "3": "CANCELLED", "4": "CANCELLED", "5": "CANCELLED"}

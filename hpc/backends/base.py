@@ -88,7 +88,7 @@ class Backend:
     def check(self, job, profile, n_sweep: int) -> None:
         """Refuse what this scheduler cannot run, before anything is written."""
 
-    def directives(self, job, profile, job_dir: str, n_sweep: int) -> list[str]:
+    def directives(self, job, profile, job_dir: str, array_spec: str | None) -> list[str]:
         return []
 
     def known_hosts(self, job) -> list[str] | None:

@@ -21,7 +21,9 @@ from hpc.backends.base import Placement, Plan
 from hpc.backends.slurm import Facts, SlurmBackend
 from hpc.config.validate import to_plain
 from hpc.jobs import JobRecord
-from hpc.slurm.commands import ACCOUNTING_FIELDS, QUEUE_FORMAT, Slurm, parse_accounting, parse_queue, sbatch_job_id
+from hpc.errors import HpcError
+from hpc.slurm.commands import (ACCOUNTING_FIELDS, EPOCH, QUEUE_FORMAT, Slurm, parse_accounting, parse_queue,
+                                 sbatch_job_id)
 from hpc.ssh import Ssh
 
 MARK = "@@hpc@@"  # separates the parts of a status probe's answer
@@ -52,8 +54,12 @@ class RemoteFiles:
         return proc.stdout if proc.returncode == 0 else None
 
     def read_all(self, rel_dir: str, suffix: str) -> dict[str, str]:
-        return {n[:-len(suffix)]: self.read(f"{rel_dir}/{n}").decode(errors="replace").strip()
-                for n in self.list(rel_dir) if n.endswith(suffix)}
+        out = {}
+        for name in self.list(rel_dir):
+            data = self.read(f"{rel_dir}/{name}") if name.endswith(suffix) else None
+            if data is not None:  # a file the job removed meanwhile is simply not there
+                out[name[:-len(suffix)]] = data.decode(errors="replace").strip()
+        return out
 
 
 class RemoteSlurmBackend(SlurmBackend):
@@ -86,6 +92,14 @@ class RemoteSlurmBackend(SlurmBackend):
     def record_fields(self, placement: Placement) -> dict:
         return {"remote": to_plain(self.remote), "record_dir": str(placement.stage)}
 
+    def advise(self, effective) -> None:
+        import sys
+
+        super().advise(effective)
+        if effective.profile.python is None and self.remote.host not in ("127.0.0.1", "localhost", "::1"):
+            print(f"hpc: warning: profile {effective.profile.name} names no python: the job runs {sys.executable} "
+                  "on the cluster; set python in the profile", file=sys.stderr)
+
     def preflight(self, effective) -> None:
         job = effective.job
         from hpc.slurm.commands import check_fits
@@ -95,32 +109,38 @@ class RemoteSlurmBackend(SlurmBackend):
     def start(self, plan: Plan, placement: Placement) -> tuple[str, dict]:
         job_dir, stage = str(placement.job_dir), placement.stage
         code = stage / layout.CODE
-        cache = f"{self.remote.job_root}/.hpc-code/{_project_key(plan)}"
+        q = shlex.quote
+        # the previous job's code of this project: files that did not change are hard-linked from it, not sent
+        last = f"{self.remote.job_root}/.hpc-code/{_project_key(plan)}"
         sent: dict = {}
         if code.is_dir():
-            stats = self.ssh.rsync(str(code), cache, make_dirs=cache)
-            sent = _rsync_stats(stats)
+            sent = _rsync_stats(self.ssh.rsync(str(code), f"{job_dir}/{layout.CODE}", make_dirs=job_dir,
+                                               link_dest=last))
         files = io.BytesIO()
         with tarfile.open(fileobj=files, mode="w") as tar:
             for path in sorted(stage.iterdir()):
                 if path.name != layout.CODE:
                     tar.add(path, arcname=path.name)
         script = "\n".join([
-            "set -e",
-            f"mkdir -p {shlex.quote(job_dir)}",
-            f"tar -x -C {shlex.quote(job_dir)}",
-            *([f"cp -al {shlex.quote(cache)} {shlex.quote(job_dir + '/' + layout.CODE)}"] if code.is_dir() else []),
-            "set +e",
-            shlex.join(plan.command),
+            f"mkdir -p {q(job_dir)} && tar -x -C {q(job_dir)} || exit 3",
+            # sbatch refused it: no job folder stays behind that no record names
+            f"{shlex.join(plan.command)} || {{ rc=$?; rm -rf {q(job_dir)}; exit $rc; }}",
+            "date +%s",
+            *([f"mkdir -p {q(last.rsplit('/', 1)[0])} && ln -sfn {q(job_dir + '/' + layout.CODE)} {q(last)}.$$ "
+               f"&& mv -T {q(last)}.$$ {q(last)} || true"] if code.is_dir() else []),
         ])
         proc = self.ssh.shell(script, input=files.getvalue(), check=False, timeout=120)
-        job_id = sbatch_job_id(proc.returncode, proc.stdout.decode(errors="replace"),
+        out = proc.stdout.decode(errors="replace").strip().splitlines()
+        job_id = sbatch_job_id(proc.returncode, "\n".join(out[:-1]) if proc.returncode == 0 else "\n".join(out),
                                proc.stderr.decode(errors="replace"))
         if code.is_dir():
             import shutil
 
             shutil.rmtree(code, ignore_errors=True)  # it is on the cluster now; the record keeps what describes it
-        return job_id, {"host": self.ssh.label, "code_cache": cache, **sent}
+        details = {"host": self.ssh.label, **sent}
+        if out and out[-1].isdigit():
+            details["submitted_on_cluster"] = float(out[-1])  # accounting's clock, not this machine's
+        return job_id, details
 
     # --- following ------------------------------------------------------------------------------------
     def files(self, record: JobRecord) -> RemoteFiles:
@@ -129,29 +149,38 @@ class RemoteSlurmBackend(SlurmBackend):
         return self._files[record.job_dir]
 
     def collect(self, records: list[JobRecord]) -> Facts:
-        """squeue, sacct and every job folder's task files in one round trip."""
+        """squeue, sacct and every job folder's own record (exit codes, raw ids, lost nodes, a hang's verdict)
+        in one round trip."""
         source = self._accounting_source()
         ids = ",".join(dict.fromkeys(r.job_id for r in records))
         dirs = " ".join(shlex.quote(r.job_dir) for r in records)
-        raw = f'raw=$(for d in {dirs}; do cat "$d"/{layout.TASKS}/*.{layout.TaskFile.JOBID} 2>/dev/null; done ' \
-              f'| cut -d" " -f1 | paste -sd, -)'
+        kinds = (layout.TaskFile.EXIT, layout.TaskFile.JOBID, layout.TaskFile.LOST_NODES)
+        wanted = " ".join([*(f"{layout.TASKS}/*.{k}" for k in kinds), f"{layout.HANG}/*/summary.txt"])
+        epoch = " ".join(EPOCH)
         if source == "dbd":
-            sacct = f"sacct -X -n -P -j {ids} -o {ACCOUNTING_FIELDS} 2>/dev/null"
+            sacct = f"{epoch} sacct -X -n -P -j {ids} -o {ACCOUNTING_FIELDS} 2>/dev/null"
         elif source == "jobcomp":
-            sacct = f'{raw}; sacct -c -n -P -j "{ids}${{raw:+,$raw}}" -o {ACCOUNTING_FIELDS} 2>/dev/null'
+            raw = (f'raw=$(for d in {dirs}; do cat "$d"/{layout.TASKS}/*.{layout.TaskFile.JOBID} 2>/dev/null; '
+                   f'done | cut -d" " -f1 | paste -sd, -)')
+            sacct = f'{raw}; {epoch} sacct -c -n -P -j "{ids}${{raw:+,$raw}}" -o {ACCOUNTING_FIELDS} 2>/dev/null'
         else:
             sacct = "true"
         script = "\n".join([
-            f"echo {MARK}squeue; squeue -h -r -j {ids} -o {shlex.quote(QUEUE_FORMAT)} 2>/dev/null",
+            f"echo {MARK}squeue; squeue -h -r -j {ids} -o {shlex.quote(QUEUE_FORMAT)} 2>/tmp/.hpc-squeue.$$",
+            f"echo \"{MARK}squeue-status $? $(head -c 300 /tmp/.hpc-squeue.$$ | tr '\\n' ' ')\"; "
+            "rm -f /tmp/.hpc-squeue.$$",
             f"echo {MARK}sacct; {sacct}",
             f"for d in {dirs}; do echo \"{MARK}dir $d\"; cd \"$d\" 2>/dev/null || continue",
-            f"  for f in {layout.TASKS}/* {layout.HANG}/*/summary.txt; do",
-            "    [ -f \"$f\" ] && printf '%s\\t%s\\n' \"$f\" \"$(tr '\\n\\t' '  ' < \"$f\")\"",
-            "  done",
+            # one awk per job folder, however many tasks: file name, a tab, each line
+            f"  awk '{{ print FILENAME \"\\t\" $0 }}' {wanted} 2>/dev/null",
             "done",
             "true",
         ])
         parts = _split(self.ssh.shell(script, timeout=120).stdout.decode(errors="replace"))
+        status = next((k for k in parts if k.startswith("squeue-status ")), "squeue-status 0").split(" ", 2)
+        if status[1] != "0" and "Invalid job id" not in "".join(status[2:]):
+            raise HpcError(f"squeue on {self.ssh.label} failed: {''.join(status[2:]).strip() or status[1]}",
+                           fix="check the controller there (scontrol ping)")
         facts = Facts(parse_queue(parts.get("squeue", "")))
         facts.acct = parse_accounting(parts.get("sacct", ""))
         by_dir = {r.job_dir: r for r in records}
@@ -159,16 +188,17 @@ class RemoteSlurmBackend(SlurmBackend):
             if not key.startswith("dir "):
                 continue
             files = self.files(by_dir[key[4:]])
-            files.known = {layout.TASKS: {}, layout.HANG: {}}
+            known: dict[str, dict[str, str]] = {layout.TASKS: {}, layout.HANG: {}}
             for line in text.splitlines():
                 rel, _, content = line.partition("\t")
                 folder, _, name = rel.rpartition("/")
-                files.known.setdefault(folder, {})[name] = content
+                entry = known.setdefault(folder, {})
+                entry[name] = f"{entry[name]}\n{content}" if name in entry else content
                 if folder.startswith(f"{layout.HANG}/"):
-                    files.known[layout.HANG][folder.split("/", 1)[1]] = ""
+                    known[layout.HANG][folder.split("/", 1)[1]] = ""
+            files.known = known
         for r in records:
-            known = self.files(r).known or {}
-            names = known.get(layout.TASKS, {})
+            names = (self.files(r).known or {}).get(layout.TASKS, {})
             facts.exits[r.job_dir] = _by_suffix(names, f".{layout.TaskFile.EXIT}")
             if source != "dbd" and r.array is not None:
                 facts.raw_ids = facts.raw_ids or {}

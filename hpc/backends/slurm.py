@@ -138,7 +138,8 @@ class SlurmBackend(Backend):
                     tasks[task] = TaskState(now[0], None, now[2])
                     continue
                 rows = [row for i in facts.accounting_ids(record, task) for row in facts.acct.get(i, ())]
-                tasks[task] = decide(record, _newest_since(rows, record.submitted_at),
+                since = record.local.get("submitted_on_cluster", record.submitted_at)  # accounting's clock
+                tasks[task] = decide(record, _newest_since(rows, since),
                                      own_state(facts.exits.get(record.job_dir, {}).get(task)))
         return out
 

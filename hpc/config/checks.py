@@ -48,6 +48,21 @@ def safe_value(value: str) -> str:
     return value
 
 
+def ssh_destination(value: str) -> str:
+    safe_value(value)
+    if value.startswith("-"):  # ssh and rsync would read it as an option
+        raise HpcError("starts with '-'", fix="give a host name, user@host or an alias from ~/.ssh/config")
+    return value
+
+
+def remote_folder(value: str) -> str:
+    safe_value(value)
+    if not value.startswith("/") or "%" in value:  # relative: to what? % is expanded by sbatch in log names
+        raise HpcError("must be an absolute path on the cluster, without '%'", fix="e.g. /scratch/$USER/hpc-jobs, "
+                       "spelled out")
+    return value
+
+
 def constraint(value: str) -> str:
     if not _CONSTRAINT.fullmatch(value):
         raise HpcError("is not a SLURM constraint expression", fix="use features joined by & or |, e.g. gpu&hbm80g")

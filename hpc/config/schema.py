@@ -55,12 +55,12 @@ class Preemption(_Repr):
 class Remote(_Repr):
     """The cluster's login node, reached over SSH: every command then works from a machine without SLURM."""
 
-    host: str = _check(checks.safe_value)  # a host name, user@host, or an alias from ~/.ssh/config
-    job_root: str = _check(checks.safe_value)  # the folder on the cluster that holds the job folders
+    host: str = _check(checks.ssh_destination)  # a host name, user@host, or an alias from ~/.ssh/config
+    job_root: str = _check(checks.remote_folder)  # the folder on the cluster that holds the job folders
     user: str | None = _check(checks.safe_value, default=None)
     port: int | None = _check(checks.positive, default=None)
     identity_file: str | None = _check(checks.safe_value, default=None)
-    jump_host: str | None = _check(checks.safe_value, default=None)  # ssh -J
+    jump_host: str | None = _check(checks.ssh_destination, default=None)  # ssh -J
     known_hosts: str | None = _check(checks.safe_value, default=None)  # a known_hosts file of its own
     # lines run before every command on the login node (module load slurm, export SLURM_CONF=...)
     env: list[str] = _check(checks.shell_lines, default_factory=list)

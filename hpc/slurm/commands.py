@@ -6,6 +6,7 @@ Everything goes through ``Slurm.run``, one seam that recorded-output tests repla
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -56,9 +57,6 @@ class Slurm:
         proc = self.run(argv)
         return sbatch_job_id(proc.returncode, proc.stdout, proc.stderr)
 
-    def submit(self, script: str, cwd: str) -> str:
-        return self.submit_argv(["sbatch", "--parsable", f"--chdir={cwd}", script])
-
     def queue(self, job_ids: str) -> dict[str, tuple[str, str, str]]:
         """Live jobs and array tasks of any number of jobs (``"12,15"``), in one call:
         ``12`` or ``15_3`` -> (state, raw job id, reason)."""
@@ -90,9 +88,9 @@ class Slurm:
         fields = ["-n", "-P", "-j", ",".join(ids), "-o", ACCOUNTING_FIELDS]
         proc = None
         if source in (None, "dbd"):
-            proc = self.run(["sacct", "-X", *fields])
+            proc = self.run([*EPOCH, "sacct", "-X", *fields])
         if source == "jobcomp" or source is None and (proc.returncode != 0 or not proc.stdout.strip()):
-            proc = self.run(["sacct", "-c", *fields])
+            proc = self.run([*EPOCH, "sacct", "-c", *fields])
         if proc is None or proc.returncode != 0:
             return {}
         return parse_accounting(proc.stdout)
@@ -149,7 +147,8 @@ def parse_queue(text: str) -> dict[str, tuple[str, str, str]]:
 
 
 def parse_accounting(text: str) -> dict[str, list[tuple[TaskState, float | None]]]:
-    """``sacct -P -o JobID,JobIDRaw,State,ExitCode,Start`` lines -> id (both forms) -> [(state, start time)]."""
+    """``sacct -P -o JobID,JobIDRaw,State,ExitCode,Start`` lines -> id (both forms) -> [(state, start time)].
+    Array tasks that never started share one row, ``15_[3-9999%8]``: it stands for each of them."""
     out: dict[str, list[tuple[TaskState, float | None]]] = {}
     for line in text.splitlines():
         parts = line.split("|")
@@ -157,20 +156,31 @@ def parse_accounting(text: str) -> dict[str, list[tuple[TaskState, float | None]
             continue
         code = parts[3].split(":")[0]
         row = (TaskState(parts[2].split()[0], int(code) if code.isdigit() else None), _timestamp(parts[4]))
-        for ident in dict.fromkeys(parts[:2]):
+        idents = list(dict.fromkeys(parts[:2]))
+        pending = re.fullmatch(r"(\d+)_\[([0-9,:%-]+)\]", parts[0])
+        if pending:
+            from hpc.jobs import array_indices
+
+            idents = [f"{pending.group(1)}_{i}" for i in array_indices(pending.group(2))]
+        for ident in idents:
             out.setdefault(ident, []).append(row)
     return out
 
 
 QUEUE_FORMAT = "%i|%T|%A|%r"
+# times as epoch seconds: a laptop in another time zone than the cluster reads them right
+EPOCH = ["env", "SLURM_TIME_FORMAT=%s"]
 ACCOUNTING_FIELDS = "JobID,JobIDRaw,State,ExitCode,Start"
 
 
 def _timestamp(start: str) -> float | None:
+    """sacct's Start: epoch seconds (SLURM_TIME_FORMAT=%s, as hpc asks), else ISO in the cluster's local time."""
     import datetime
 
     if not start or start in ("Unknown", "None"):
         return None
+    if start.isdigit():
+        return float(start)
     try:
         return datetime.datetime.fromisoformat(start).timestamp()
     except ValueError:
