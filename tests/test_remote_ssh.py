@@ -43,15 +43,19 @@ def login(slurm, tmp_path_factory):
 
 @pytest.fixture
 def project(login, tmp_path):
-    (tmp_path / "hello.py").write_text(HELLO)
-    return tmp_path
+    """The code, in a folder of its own: hpc's records (XDG folders beside it) are not part of its snapshot."""
+    code = tmp_path / "project"
+    code.mkdir()
+    (code / "hello.py").write_text(HELLO)
+    return code
 
 
 def masked(login, project: Path, *argv, timeout=180, env=None) -> subprocess.CompletedProcess:
     """Run argv where SLURM's commands are masked (a private mount namespace) and SLURM_CONF is unset."""
     full = {k: v for k, v in os.environ.items() if not k.startswith(("HPC_", "SLURM_"))}
-    full.update({"XDG_DATA_HOME": str(project / "xdg-data"), "XDG_CONFIG_HOME": str(project / "xdg-config"),
-                 "XDG_CACHE_HOME": str(project / "xdg-cache"), **(env or {})})
+    home = project.parent
+    full.update({"XDG_DATA_HOME": str(home / "xdg-data"), "XDG_CONFIG_HOME": str(home / "xdg-config"),
+                 "XDG_CACHE_HOME": str(home / "xdg-cache"), **(env or {})})
     return subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", MASK, "mask", str(login),
                            *argv], cwd=project, env=full, capture_output=True, text=True, timeout=timeout)
 
@@ -61,7 +65,7 @@ def hpc(login, project, *args, **kw) -> subprocess.CompletedProcess:
 
 
 def record(project: Path, job_id: str) -> dict:
-    index = project / "xdg-data" / "hpc" / "jobs"
+    index = project.parent / "xdg-data" / "hpc" / "jobs"
     entry = json.loads(next(index.glob(f"{job_id}--*.json")).read_text())
     return json.loads((Path(entry["job_dir"]) / "record.json").read_text())
 
@@ -86,7 +90,7 @@ def test_submit_logs_status_list_wait_over_ssh_and_a_resubmit_sends_only_what_ch
     assert (status["state"], status["exit_code"], status["job_dir"]) == ("COMPLETED", 0, job["job_dir"])
     assert job["job_dir"].startswith("/tmp/hpc-slurm/remote-jobs/")  # the folder is on the cluster ...
     saved = record(project, job["job_id"])
-    assert saved["remote"]["port"] == 2222 and Path(saved["record_dir"]).is_relative_to(project / "xdg-data")
+    assert saved["remote"]["port"] == 2222 and Path(saved["record_dir"]).is_relative_to(project.parent / "xdg-data")
     assert saved["local"]["sent_files"] == 1  # ... the record here: hello.py went over
 
     (project / "more.py").write_text("x = 1\n")  # a second submit of the same tree, one file more
@@ -160,4 +164,4 @@ def test_ssh_failures_are_one_line_errors_never_a_prompt(login, project, change,
     proc = hpc(login, project, "submit", "-p", "./broken.yaml", "hello.py", timeout=60)
     assert proc.returncode == 2 and message in proc.stderr and "fix:" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and time.monotonic() - started < 30
-    assert not list((project / "xdg-data").glob("hpc/remote/*/*"))  # nothing half-submitted stays behind
+    assert not list((project.parent / "xdg-data").glob("hpc/remote/*/*"))  # nothing half-submitted stays behind
