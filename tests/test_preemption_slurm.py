@@ -126,33 +126,31 @@ def _finish(project: Path, job: Job, straight: dict) -> dict:
 
 
 def test_interrupted_jobs_resume_bitwise_srun_and_torchrun_ddp_and_fsdp(project):
-    """Every job: scancel --signal (it requeues itself), then scontrol requeue (TERM; SLURM requeues it).
-    srun-ddp runs under a 1-minute limit and then meets it (USR1 10 s ahead) until done. torchrun's agent
-    ignores USR1: its workers learn of it from SLURM's signal to the whole step and from the stop file."""
+    """Two FSDP jobs, srun and torchrun: scancel --signal (it requeues itself), then scontrol requeue (TERM;
+    SLURM requeues it). torchrun's agent ignores USR1: its workers learn of it from SLURM's signal to the whole
+    step and from the stop file. A DDP job, srun-ddp, runs under a 1-minute limit and meets it (USR1 10 s ahead,
+    as SLURM sends it) until done. Three 2-node jobs fill the cluster's six slots: none waits for another."""
     specs = {"ddp": {"strategy": "ddp", "steps": 90, "save_every": 10, "sleep": 0.7},
              "fsdp": {"strategy": "fsdp", "steps": 24, "save_every": 5, "sleep": 0.4}}
     plan = [("signal", 4), ("requeue", 4)]
     torchrun = ["--launcher", "torchrun", "--nproc", "1", "--time", "5"]
-    jobs = [Job(project, "srun-ddp", specs["ddp"], plan, ["--time", "1"]),
+    jobs = [Job(project, "srun-ddp", specs["ddp"], [], ["--time", "1"]),
             Job(project, "torchrun-fsdp", specs["fsdp"], plan, torchrun),
-            Job(project, "srun-fsdp", specs["fsdp"], plan, ["--time", "5"]),
-            Job(project, "torchrun-ddp", {**specs["ddp"], "steps": 24, "sleep": 0.4}, plan, torchrun)]
-
-    specs["ddp24"] = {**specs["ddp"], "steps": 24}
+            Job(project, "srun-fsdp", specs["fsdp"], plan, ["--time", "5"])]
     runs = _start_straight_runs(project, {name: {**spec, "sleep": 0} for name, spec in specs.items()})
     _drive(jobs, timeout=600)
     straight = _straight_results(project, runs)
-    straight = {"srun-ddp": straight["ddp"], "torchrun-fsdp": straight["fsdp"], "srun-fsdp": straight["fsdp"],
-                "torchrun-ddp": straight["ddp24"]}
+    straight = {"srun-ddp": straight["ddp"], "torchrun-fsdp": straight["fsdp"], "srun-fsdp": straight["fsdp"]}
     for job in jobs:
         done = _finish(project, job, straight[job.name])
-        assert [a for a, _ in job.sent] == ["signal", "requeue"], (job.name, job.sent)
         requeues = [a[0] for a in done["result"]["attempts"]]
-        assert requeues[:3] == [0, 1, 2], (job.name, requeues)
         assert "stop requested (USR1)" in done["logs"] and "requeued SLURM job" in done["logs"], job.name
+        if job.name == "srun-ddp":  # no one signalled it: its own time limit's warning did, and it came back
+            assert job.sent == [] and requeues[:2] == [0, 1], requeues
+            continue
+        assert [a for a, _ in job.sent] == ["signal", "requeue"], (job.name, job.sent)
+        assert requeues[:3] == [0, 1, 2], (job.name, requeues)
         assert "stop requested (TERM)" in done["logs"], job.name
-        if job.name == "srun-ddp":  # its third attempt met its own time limit: the job requeued itself again
-            assert len(requeues) >= 4 and done["logs"].count("requeued SLURM job") >= 2, done["logs"]
 
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
@@ -183,34 +181,3 @@ def test_elastic_torchrun_restarts_a_crashed_group_from_the_newest_checkpoint(pr
     # that restarts only because the other node rejoined counts 0, so it says nothing about the group.)
     assert {requeues for requeues, _ in done["result"]["attempts"]} == {0}
     assert "planned crash at step 7" in done["logs"] and "checkpoints/step-4 (step 4)" in done["logs"]
-
-
-def test_a_function_job_stops_at_a_step_boundary_on_the_warning_signal_requeues_and_resumes_bitwise(project,
-                                                                                                   monkeypatch):
-    """A function is a job like a script: the warning signal reaches the batch shell, the Accelerator stops at a
-    step boundary with a checkpoint, the job script requeues, and the requeued job runs the same call again,
-    which resumes."""
-    import hpc as hpc_api
-    from tests.resume_worker import train
-
-    spec = {"strategy": "ddp", "steps": 20, "save_every": 5, "sleep": 0.4}
-    runs = _start_straight_runs(project, {"function": spec})
-    monkeypatch.chdir(project)
-    monkeypatch.setenv("XDG_DATA_HOME", str(project / "xdg-data"))
-    monkeypatch.setenv("PYTHONPATH", launch_env()["PYTHONPATH"])  # the job imports tests.resume_worker
-    spec = {**spec, "project": str(project / "sub"), "out": str(project / "sub.pt")}
-    job = hpc_api.submit(train, spec, profile="./preempt-test.yaml", nodes=2, nproc_per_node=1, time="5")
-    progress, deadline = project / "sub" / "progress", time.monotonic() + 300
-    while not (progress.exists() and int(progress.read_text() or 0) >= 4):
-        assert time.monotonic() < deadline and not (project / "sub.pt").exists(), "it ended before the signal"
-        time.sleep(0.3)
-    subprocess.run(["scancel", "--batch", "--signal=USR1", job.id], check=True, capture_output=True)  # as SLURM does
-    while not (project / "sub.pt").exists():
-        assert time.monotonic() < deadline, f"the job did not finish: {job.state()}"
-        time.sleep(0.5)
-    assert job.results() == [None, None]  # every task's result pickle: the last attempt returned normally
-    result = torch.load(project / "sub.pt", weights_only=False)
-    assert_same_run(_straight_results(project, runs)["function"], result)
-    assert [a[0] for a in result["attempts"]] == [0, 1]  # one requeue
-    logs = job.logs(rank=None)
-    assert "stop requested (USR1)" in logs and "requeued SLURM job" in logs, logs[-3000:]

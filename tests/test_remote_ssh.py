@@ -165,3 +165,29 @@ def test_ssh_failures_are_one_line_errors_never_a_prompt(login, project, change,
     assert proc.returncode == 2 and message in proc.stderr and "fix:" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and time.monotonic() - started < 30
     assert not list((project.parent / "xdg-data").glob("hpc/remote/*/*"))  # nothing half-submitted stays behind
+
+
+def test_a_dry_run_of_a_remote_profile_needs_no_connection(login, project):
+    """Rendered here, sent nowhere: it works with the login node out of reach."""
+    (project / "away.yaml").write_text(CHATTY.replace("name: chatty", "name: away").replace("port: 2222", "port: 2299"))
+    proc = hpc(login, project, "submit", "--dry-run", "--json", "-p", "./away.yaml", "-N", "2", "hello.py")
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["job_dir"].startswith("/tmp/hpc-slurm/remote-jobs/hello-") and plan["command"][0] == "sbatch"
+    assert f"export HPC_JOB_DIR={plan['job_dir']}" in plan["script"]
+
+
+def test_a_login_node_that_never_answers_is_a_one_line_timeout_not_a_hang(login, project):
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts connections (the kernel does) and never says a word
+    port = silent.getsockname()[1]
+    profile = CHATTY.replace("name: chatty", "name: silent").replace("port: 2222", f"port: {port}")
+    (project / "silent.yaml").write_text(profile.replace("  env:", "  connect_timeout: 2\n  env:"))
+    started = time.monotonic()
+    proc = hpc(login, project, "submit", "-p", "./silent.yaml", "hello.py", timeout=60)
+    silent.close()
+    assert proc.returncode == 2 and "unreachable" in proc.stderr and "timed out" in proc.stderr, proc.stderr
+    assert time.monotonic() - started < 20

@@ -22,11 +22,11 @@ def project(slurm, tmp_path):
 
 @pytest.fixture(scope="module")
 def timeout_job(slurm, tmp_path_factory):
-    """Started by the first test that needs one CPU per node: SLURM's shortest limit is a minute, and a job
-    holding a CPU would make the 2-node tests that fill both nodes wait for it."""
+    """Started by the module's first test and kept on node3: SLURM's shortest limit is a minute, which passes
+    while the 2-node tests (node1 and node2) run."""
     project = make_project(tmp_path_factory.mktemp("timeout"))
-    info = submit(project, "-p", "slurm-local", "--ntasks-per-node", "1", "--time", "1", "dump.py",
-                  env={"SLEEP": "600"})
+    info = submit(project, "-p", "slurm-local", "--ntasks-per-node", "1", "--nodelist", "node3", "--time", "1",
+                  "dump.py", env={"SLEEP": "600"})
     return project, info
 
 
@@ -36,7 +36,7 @@ def wait_ok(project, job_id, code=0, timeout=180):
     return proc
 
 
-def test_two_node_srun_job_has_four_ranks_on_two_hosts(project):
+def test_two_node_srun_job_has_four_ranks_on_two_hosts(project, timeout_job):
     info = submit(project, "-p", "slurm-local", "-N", "2", "dump.py", "--", "it's", "$HOME")
     wait_ok(project, info["job_id"])
     ranks = dumps(project)
