@@ -66,7 +66,12 @@ class JobRecord:
         return (self.home / name).exists()
 
 
-def new_job_dir(output_dir: str, name: str) -> Path:
+def placeholder_name(name: str) -> str:
+    """What a dry run shows for the folder ``new_job_dir`` names at submit."""
+    return f"{name}-YYYYmmdd-HHMMSS-xxxx"
+
+
+def new_job_dir(output_dir: str | Path, name: str) -> Path:
     """A fresh folder; mkdir without exist_ok, so two submissions never share one."""
     base = Path(output_dir).absolute()
     base.mkdir(parents=True, exist_ok=True)

@@ -40,16 +40,11 @@ class RuntimeConfig(TrainingSettings):
 
     def as_dict(self) -> dict:
         """Flat, without the unset training keys (what the readers look keys up in)."""
-        out = to_plain(self)
-        unset = set(out) - set(training_values(self)) - set(_OWN_KEYS)
-        return {k: v for k, v in out.items() if k not in unset}
+        return {k: v for k, v in to_plain(self).items() if k in _OWN_KEYS or v is not None}
 
     def write(self, path: str | os.PathLike) -> None:
         with open(path, "w") as f:
-            f.write(self.text())
-
-    def text(self) -> str:
-        return json.dumps(self.as_dict(), indent=2) + "\n"
+            f.write(json.dumps(self.as_dict(), indent=2) + "\n")
 
 
 _OWN_KEYS = [k for k in RuntimeConfig.__dataclass_fields__ if k not in TrainingSettings.__dataclass_fields__]

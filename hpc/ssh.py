@@ -142,6 +142,3 @@ class Ssh:
             return HpcError(f"ssh {host}: unreachable ({text[:200]})",
                             fix="check the network, VPN and remote.port; is the login node up?")
         return HpcError(f"ssh {host} failed: {text[:300] or 'exit code 255'}", fix="try `ssh -v` by hand")
-
-    def close(self) -> None:
-        subprocess.run(["ssh", *self.options(), "-O", "exit", self.remote.host], capture_output=True, timeout=10)

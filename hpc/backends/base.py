@@ -32,10 +32,6 @@ class Plan:
     array: list[int] | None  # array task ids; None for a plain job
     extra_files: dict[str, bytes] = field(default_factory=dict)  # e.g. a function job's pickled call
 
-    @property
-    def tasks(self) -> list[str]:
-        return [str(t) for t in self.array] if self.array is not None else ["0"]
-
     def files(self) -> dict[str, str | bytes]:
         out: dict[str, str | bytes] = {self.script_name: self.script,
                                        layout.RUNTIME_CONFIG: json.dumps(self.runtime_config, indent=2) + "\n"}
@@ -127,7 +123,9 @@ class Backend:
 
     def placeholder(self, job) -> Path:
         """What a dry run shows for the folder (named at submit)."""
-        return Path(job.output_dir).absolute() / f"{job.job_name}-YYYYmmdd-HHMMSS-xxxx"
+        from hpc import jobs
+
+        return Path(job.output_dir).absolute() / jobs.placeholder_name(job.job_name)
 
     def record_fields(self, placement: Placement) -> dict:
         """What a record of a job placed here keeps beyond the common fields."""

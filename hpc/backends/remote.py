@@ -1,8 +1,8 @@
 """SLURM on a cluster reached over SSH: the SLURM backend, its commands and file reads run on the login node.
 
-Submit sends the code snapshot with rsync into a cache folder per project on the cluster (so a second submit of
-the same tree sends only what changed), hard-links it into the new job folder, unpacks the job's own files and
-runs sbatch: two round trips. A status is one round trip: squeue, sacct and the job folders' task files in one
+Submit sends the code snapshot with rsync into the new job folder, hard-linking from the project's last job
+what did not change (so a second submit of the same tree sends only the changes), then unpacks the job's own
+files and runs sbatch: two round trips. A status is one round trip: squeue, sacct and the job folders' task files in one
 shell script. The record stays on this machine, with a copy of what was sent (less the code).
 """
 
@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import io
 import re
-import secrets
 import shlex
 import tarfile
-import time
 from pathlib import Path, PurePosixPath
 
 from hpc import layout
-from hpc.backends.base import Placement, Plan
+from hpc.backends.base import Placement, Plan, task_files
 from hpc.backends.slurm import Facts, SlurmBackend
 from hpc.config.validate import to_plain
-from hpc.jobs import JobRecord
 from hpc.errors import HpcError
+from hpc.jobs import JobRecord
 from hpc.slurm.commands import (ACCOUNTING_FIELDS, EPOCH, QUEUE_FORMAT, Slurm, parse_accounting, parse_queue,
                                  sbatch_job_id)
 from hpc.ssh import Ssh
@@ -81,13 +79,14 @@ class RemoteSlurmBackend(SlurmBackend):
     def new_job(self, job) -> Placement:
         from hpc import jobs
 
-        name = f"{job.job_name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
-        stage = jobs.data_dir().parent / "remote" / re.sub(r"[^A-Za-z0-9_.@-]", "_", self.ssh.label) / name
-        stage.mkdir(parents=True)  # exclusive: two submissions never share one
-        return Placement(Path(PurePosixPath(self.remote.job_root) / name), stage)
+        host = re.sub(r"[^A-Za-z0-9_.@-]", "_", self.ssh.label)
+        stage = jobs.new_job_dir(jobs.data_dir().parent / "remote" / host, job.job_name)
+        return Placement(Path(PurePosixPath(self.remote.job_root) / stage.name), stage)
 
     def placeholder(self, job) -> Path:
-        return Path(PurePosixPath(self.remote.job_root) / f"{job.job_name}-YYYYmmdd-HHMMSS-xxxx")
+        from hpc import jobs
+
+        return Path(PurePosixPath(self.remote.job_root) / jobs.placeholder_name(job.job_name))
 
     def record_fields(self, placement: Placement) -> dict:
         return {"remote": to_plain(self.remote), "record_dir": str(placement.stage)}
@@ -99,12 +98,6 @@ class RemoteSlurmBackend(SlurmBackend):
         if effective.profile.python is None and self.remote.host not in ("127.0.0.1", "localhost", "::1"):
             print(f"hpc: warning: profile {effective.profile.name} names no python: the job runs {sys.executable} "
                   "on the cluster; set python in the profile", file=sys.stderr)
-
-    def preflight(self, effective) -> None:
-        job = effective.job
-        from hpc.slurm.commands import check_fits
-
-        check_fits(self.slurm, job.partition, job.nodes, job.time, job.gpus_per_node)
 
     def start(self, plan: Plan, placement: Placement) -> tuple[str, dict]:
         job_dir, stage = str(placement.job_dir), placement.stage
@@ -197,12 +190,11 @@ class RemoteSlurmBackend(SlurmBackend):
                 if folder.startswith(f"{layout.HANG}/"):
                     known[layout.HANG][folder.split("/", 1)[1]] = ""
             files.known = known
-        for r in records:
-            names = (self.files(r).known or {}).get(layout.TASKS, {})
-            facts.exits[r.job_dir] = _by_suffix(names, f".{layout.TaskFile.EXIT}")
+        for r in records:  # read from what the probe brought: no further round trip
+            facts.exits[r.job_dir] = task_files(self.files(r), layout.TaskFile.EXIT)
             if source != "dbd" and r.array is not None:
                 facts.raw_ids = facts.raw_ids or {}
-                facts.raw_ids[r.job_dir] = _by_suffix(names, f".{layout.TaskFile.JOBID}")
+                facts.raw_ids[r.job_dir] = task_files(self.files(r), layout.TaskFile.JOBID)
         return facts
 
 
@@ -218,12 +210,8 @@ def _split(text: str) -> dict[str, str]:
     return parts
 
 
-def _by_suffix(names: dict[str, str], suffix: str) -> dict[str, str]:
-    return {n[:-len(suffix)]: text.strip() for n, text in names.items() if n.endswith(suffix)}
-
-
 def _project_key(plan: Plan) -> str:
-    """One code cache per project and job name on the cluster: the next submit of that tree sends the changes."""
+    """Names the project (and job name) on the cluster: its last job's code is what the next submit links from."""
     import hashlib
 
     origin = str(plan.effective.profile_path) + "|" + str(Path.cwd())

@@ -116,15 +116,16 @@ class SlurmBackend(Backend):
         """squeue for every job, then accounting and the job folders for what squeue no longer shows."""
         self.require_conf()
         live = self.slurm.queue(",".join(dict.fromkeys(r.job_id for r in records)))
-        ended = [r for r in records if any(_live_key(r, t) not in live for t in r.tasks)]
+        ended = [r for r in records if any(task_id(r, t) not in live for t in r.tasks)]
         facts = Facts(live)
         if not ended:
             return facts
-        if self._accounting_source() != "dbd":  # the jobcomp file knows array tasks by their raw ids only
+        source = self._accounting_source()
+        if source != "dbd":  # the jobcomp file knows array tasks by their raw ids only
             facts.raw_ids = {r.job_dir: task_files(self.files(r), layout.TaskFile.JOBID) for r in ended
                              if r.array is not None}
         ask = dict.fromkeys(i for r in ended for t in r.tasks for i in facts.accounting_ids(r, t, asking=True))
-        facts.acct = self.slurm.accounting_many(list(ask), self._accounting_source())
+        facts.acct = self.slurm.accounting_many(list(ask), source)
         facts.exits = {r.job_dir: task_files(self.files(r), layout.TaskFile.EXIT) for r in ended}
         return facts
 
@@ -133,7 +134,7 @@ class SlurmBackend(Backend):
         for record in records:
             tasks = out[record.job_dir] = {}
             for task in record.tasks:
-                now = facts.live.get(_live_key(record, task))
+                now = facts.live.get(task_id(record, task))
                 if now is not None:
                     tasks[task] = TaskState(now[0], None, now[2])
                     continue
@@ -172,13 +173,14 @@ class SlurmBackend(Backend):
         self.slurm.cancel(record.job_id if task is None else f"{record.job_id}_{task}")
 
     def log_tag(self, record: JobRecord, task: str) -> str:
-        return f"{record.job_id}_{task}" if record.array is not None else record.job_id
+        return task_id(record, task)
 
     def batch_log(self, record: JobRecord, task: str) -> str:
         return layout.JobFolder.batch_log_name(record.name, self.log_tag(record, task))
 
 
-def _live_key(record: JobRecord, task: str) -> str:
+def task_id(record: JobRecord, task: str) -> str:
+    """How SLURM names a task: ``12`` for a plain job, ``12_3`` for an array's task 3 (squeue, log names)."""
     return f"{record.job_id}_{task}" if record.array is not None else record.job_id
 
 

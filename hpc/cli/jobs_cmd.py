@@ -67,9 +67,9 @@ def list_(limit, as_json):
     records = jobs.recent(limit)
     found: dict[str, dict] = {}
     failed: dict[str, str] = {}
-    for _, group in st.by_backend(records):  # one query per scheduler (or cluster) for every job listed
+    for backend, group in st.by_backend(records):  # one query per scheduler (or cluster) for every job listed
         try:
-            found.update(st.states_of(group))
+            found.update(backend.states(group))
         except HpcError as e:  # e.g. SLURM jobs listed from a machine without SLURM
             failed.update({r.job_dir: str(e) for r in group})
     rows = []
