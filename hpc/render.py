@@ -122,6 +122,19 @@ def container_args(profile: ClusterProfile, job: JobSpec) -> tuple[list[str], li
     return [], wrap + list(c.options) + [c.image]
 
 
+def job_environment(job: JobSpec, profile: ClusterProfile) -> dict[str, str]:
+    """What every process gets exported, lowest first: the variables `accelerate launch` would have set for
+    this job's settings, then the profile's env, then the job's."""
+    from hpc.config import accelerate_settings
+    from hpc.config.training import training_values
+
+    env = accelerate_settings.to_environ({**training_values(job), "mixed_precision": job.mixed_precision,
+                                          "gradient_accumulation_steps": job.gradient_accumulation_steps})
+    if job.gpu_ids:
+        env["CUDA_VISIBLE_DEVICES"] = job.gpu_ids
+    return {**env, **profile.env, **job.env}
+
+
 def _hostfile(job: JobSpec, profile: ClusterProfile, backend) -> str | None:
     """Rendered now when the hosts are known (a --nodelist, or this machine); otherwise the job writes it."""
     hosts = backend.known_hosts(job)
@@ -161,12 +174,16 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
     hostfile = _hostfile(job, profile, backend)
     dirs = backend.directives(job, profile, job_dir, array_spec)
     srun_flags, wrap = container_args(profile, job)
+    if job.cpu_bind:
+        srun_flags = [*srun_flags, f"--cpu-bind={job.cpu_bind}"]
     signals = [profile.preemption.signal] + [s for s in ("TERM", "INT") if s != profile.preemption.signal]
     folder = layout.JobFolder("$HPC_JOB_DIR")  # the job's own view: bash expands the root and the task
     context = {
         "job": job,
         "python": python(profile),
-        "env_vars": {**profile.env, **job.env},
+        "env_vars": job_environment(job, profile),
+        # each process's OMP_NUM_THREADS when the job says it; otherwise the script shares the node's CPUs
+        "omp_threads": job.cpu_threads_per_process or job.cpus_per_task,
         "srun_flags": srun_flags,
         "wrap": wrap,
         "launcher_target": launcher_target(job, _DEEPSPEED_FLAGS if job.launcher == "deepspeed" else _TORCHRUN_FLAGS),

@@ -35,6 +35,9 @@ class LocalBackend(Backend):
         if job.nodes > 1:
             raise HpcError(f"nodes = {job.nodes}: profile {profile.name} runs on this machine only",
                            fix="use --nodes 1, or a SLURM profile")
+        if job.cpu_bind:
+            raise HpcError(f"cpu_bind = {job.cpu_bind}: CPU binding is srun's; profile {profile.name} has no srun",
+                           fix="drop cpu_bind, or use a SLURM profile")
         if profile.container is not None and profile.container.runtime == "pyxis":
             raise HpcError("the pyxis container needs srun: it cannot run on a local profile",
                            fix="use an apptainer container, or a SLURM profile")

@@ -70,6 +70,11 @@ class SlurmBackend(Backend):
     def __init__(self, slurm: Slurm | None = None):
         self.slurm = slurm or Slurm()
 
+    def check(self, job, profile, n_sweep: int) -> None:
+        if job.gpu_ids:
+            raise HpcError(f"gpu_ids = {job.gpu_ids}: SLURM gives each job its own GPUs",
+                           fix="drop gpu_ids (--gpu_ids), and ask for GPUs with --gpus-per-node")
+
     def template(self, job) -> str:
         return f"{job.launcher}.sbatch.j2"
 

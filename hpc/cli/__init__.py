@@ -19,6 +19,8 @@ COMMANDS = {
     "cancel": ("hpc.cli.jobs_cmd", "cancel", "Cancel a job, array tasks included."),
     "wait": ("hpc.cli.jobs_cmd", "wait", "Block until a job ends; exit with its exit code."),
     "launch": ("hpc.cli.launch_cmd", "launch", "In a job: start a script with its rank and rendezvous (or --nproc N locally)."),
+    "config": ("hpc.cli.config_cmd", "config", "Ask what `accelerate config` asks; write a job file; import Accelerate's config files."),
+    "test": ("hpc.cli.test_cmd", "test", "Run a short distributed sanity job on a profile, as `accelerate test` does."),
     "render": ("hpc.cli.render_cmd", "render", "Print (or write with -o) the batch script and hostfile of a job."),
     "profile": ("hpc.cli.profile_cmd", "profile", "List, show, validate and create cluster profiles."),
     "estimate-memory": ("hpc.cli.estimate_cmd", "estimate_memory", "Training memory per GPU for each strategy, and the cheapest that fits."),

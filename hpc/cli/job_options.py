@@ -7,7 +7,8 @@ from typing import Any, Callable
 
 import click
 
-from hpc.config import precedence
+from hpc.cli import accelerate_flags
+from hpc.config import accelerate_settings, precedence
 from hpc.config.precedence import Effective
 
 # (flag spellings, job key, click kwargs)
@@ -29,33 +30,39 @@ _FLAGS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
     (("--job-name", "-J"), "job_name", {"help": "Job name (default: the script's name)."}),
     (("--launcher",), "launcher", {"type": click.Choice(["srun", "torchrun", "deepspeed"]), "help": "How ranks are started."}),
     (("--elastic",), "elastic", {"metavar": "MIN:MAX", "help": "Elastic torchrun between MIN and MAX nodes."}),
-    (("--max-restarts",), "max_restarts", {"type": int, "help": "torchrun restarts of the worker group."}),
+    (("--max-restarts", "--max_restarts"), "max_restarts", {"type": int, "help": "torchrun restarts of the worker group."}),
     (("--array", "-a"), "array", {"help": "Array spec, e.g. 0-99%8."}),
     (("--sweep",), "sweep", {"metavar": "FILE", "help": "Sweep file (grid or list): one array job, one task per entry."}),
     (("--after",), "after", {"multiple": True, "metavar": "JOB[:TYPE]", "help": "Start after JOB (afterok, or afterany/afternotok/...). Repeatable."}),
     (("--template",), "template", {"help": "Job template by name (./job_templates first)."}),
     (("--output-dir",), "output_dir", {"help": "Folder that holds job folders (default from the profile)."}),
-    (("--mixed-precision",), "mixed_precision", {"type": click.Choice(["no", "bf16", "fp16"]), "help": "Accelerator's precision in the job."}),
-    (("--gradient-accumulation-steps",), "gradient_accumulation_steps", {"type": int, "help": "Accelerator's accumulation in the job."}),
+    (("--mixed-precision", "--mixed_precision"), "mixed_precision", {"type": click.Choice(["no", "bf16", "fp16", "fp8"]), "help": "Accelerator's precision in the job."}),
+    (("--gradient-accumulation-steps", "--gradient_accumulation_steps"), "gradient_accumulation_steps", {"type": int, "help": "Accelerator's accumulation in the job."}),
     (("--strategy",), "strategy", {"type": click.Choice(["ddp", "fsdp", "deepspeed"]), "help": "How Accelerator spreads the model (other fsdp_*/ZeRO keys: --set or a job file)."}),
-    (("--zero-stage",), "zero_stage", {"type": click.IntRange(0, 3), "help": "DeepSpeed ZeRO stage (with --strategy deepspeed)."}),
-    (("--fsdp-sharding-strategy",), "fsdp_sharding_strategy", {"type": click.Choice(["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"]), "help": "FSDP sharding (with --strategy fsdp)."}),
+    (("--zero-stage", "--zero_stage"), "zero_stage", {"type": click.IntRange(0, 3), "help": "DeepSpeed ZeRO stage (with --strategy deepspeed)."}),
+    (("--fsdp-sharding-strategy", "--fsdp_sharding_strategy"), "fsdp_sharding_strategy", {"type": click.Choice(["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"]), "help": "FSDP sharding (with --strategy fsdp)."}),
     (("--hang-timeout",), "hang_timeout", {"type": click.FloatRange(min=0), "metavar": "SECONDS", "help": "End (or with hang_requeue, requeue) a job whose ranks make no step for this long; 0: off [300]."}),
     (("--module", "-m"), "module", {"help": "Run a Python module (python -m MODULE) instead of a script."}),
+    (("--cpu-bind",), "cpu_bind", {"help": "srun --cpu-bind for every task, e.g. cores."}),
 ]
 
 
 def job_options(fn: Callable) -> Callable:
-    """Add every job flag plus --profile/--config/--set and the TARGET [ARGS]... arguments."""
+    """Add every job flag plus --profile/--config/--set and the TARGET [ARGS]... arguments.
+
+    `accelerate launch`'s flags are accepted too (hidden from --help; the README lists them).
+    """
 
     @click.option("--profile", "-p", "profile", envvar="HPC_PROFILE", help="Cluster profile name or path [env: HPC_PROFILE; default: local].")
     @click.option("--config", "job_file", type=click.Path(dir_okay=False), help="Job file (YAML) with job keys.")
     @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Set any job key. Repeatable.")
     @click.argument("target", required=False)
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    @accelerate_flags.options(skip=accelerate_flags.SUBMIT_HAS, hidden=True)
     @functools.wraps(fn)
     def wrapper(*a, **kw):
         flags = {key: kw.pop(key) for _, key, _ in _FLAGS}
+        flags["accelerate"] = accelerate_flags.pop(kw)
         return fn(*a, flags=flags, **kw)
 
     for spellings, key, extra in reversed(_FLAGS):
@@ -67,22 +74,31 @@ def resolve(profile: str | None, job_file: str | None, assignments: tuple[str, .
             target: str | None, args: tuple[str, ...], flags: dict[str, Any]) -> Effective:
     """Flags and arguments -> the effective job (precedence applied, everything validated)."""
     flags = dict(flags)
+    accelerate = dict(flags.pop("accelerate", None) or {})
+    config_file = accelerate.pop("config_file", None)
+    no_python = accelerate.get("no_python")
     flags["after"] = list(flags["after"]) or None
     args = list(args)
     if target is not None:
         if flags.get("module"):
             args.insert(0, target)  # `-m pkg.train x` : x is the module's first argument
-        elif target.endswith(".py"):
+        elif target.endswith(".py") and not no_python:
             flags["script"] = target
         else:
             flags["command"] = [target]
     if args:
         flags["args"] = args
-    layers = []
+    layers = precedence.default_layers(config_file)
     if job_file:
         layers.append(precedence.job_file_layer(job_file))
     layers.append(precedence.env_layer())
     if assignments:
         layers.append(precedence.set_layer(list(assignments)))
+    if accelerate:
+        translation = accelerate_settings.translate(accelerate, "command line", spell=lambda s: f"--{s}")
+        layers.append(precedence.accelerate_layer(translation, "accelerate flag", "command line"))
     layers.append(precedence.flag_layer(flags))
-    return precedence.resolve(profile, layers)
+    effective = precedence.resolve(profile, layers)
+    for note in effective.notes:  # Accelerate settings hpc honours its own way: said once, on stderr
+        click.echo(f"hpc: note: {note}", err=True)
+    return effective

@@ -1,9 +1,15 @@
-"""`hpc launch`: the in-task entry point, like `accelerate launch`.
+"""`hpc launch`: the in-task entry point; `accelerate launch`'s flags and config files work here too.
 
   * in an srun task (or under any launcher that set RANK/WORLD_SIZE): fill the standard variables, exec;
-  * `--launcher torchrun` in a one-task-per-node srun step: exec torchrun for this node (c10d rendezvous
-    on the first host; elastic with --elastic MIN:MAX);
-  * `--nproc N` outside SLURM: N local processes, as `hpc submit --profile local` runs them.
+  * in a one-task-per-node srun step with more than one process per node (`--launcher torchrun`, or
+    Accelerate's `--num_processes` over `--num_machines`): exec torchrun for this node (c10d rendezvous on the
+    first host; elastic with --elastic MIN:MAX);
+  * outside SLURM: `--nproc N` (or `--num_processes N`) starts N local processes, as `hpc submit --profile local`
+    runs them; `--num_machines M --machine_rank R --main_process_ip IP` starts this machine's share of a
+    job spread over M machines by hand, as `accelerate launch` does.
+
+Accelerate's training settings (precision, FSDP, DeepSpeed, ...) reach the processes as the ACCELERATE_*
+variables `accelerate launch` exports, which the Accelerator reads.
 """
 
 from __future__ import annotations
@@ -14,74 +20,108 @@ import tempfile
 
 import click
 
+from hpc.cli import accelerate_flags
 from hpc.errors import HpcError
 
 
-def _python_target(module: bool, target: str, args: tuple[str, ...]) -> list[str]:
+def _python_target(module: bool, no_python: bool, target: str, args: tuple[str, ...]) -> list[str]:
     if module:
         return [sys.executable, "-m", target, *args]
-    return [sys.executable, target, *args] if target.endswith(".py") else [target, *args]
+    if no_python or not target.endswith(".py"):
+        return [target, *args]
+    return [sys.executable, target, *args]
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
-@click.option("--nproc", "--nproc-per-node", "nproc", type=int, help="Processes per node (outside SLURM: local processes).")
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--nproc", "--nproc-per-node", "--nproc_per_node", "nproc", type=int,
+              help="Processes per node (outside SLURM: local processes).")
 @click.option("--launcher", type=click.Choice(["srun", "torchrun"]), help="How this node's processes start.")
 @click.option("--elastic", metavar="MIN:MAX", help="Elastic torchrun between MIN and MAX nodes.")
-@click.option("--max-restarts", type=int, help="torchrun restarts of the worker group.")
 @click.option("-m", "--module", "as_module", is_flag=True, help="TARGET is a module (python -m).")
+@click.option("-q", "quiet_short", is_flag=True, hidden=True)
+@accelerate_flags.options()
 @click.argument("target")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def launch(nproc, launcher, elastic, max_restarts, as_module, target, args):
+def launch(nproc, launcher, elastic, as_module, quiet_short, target, args, **accelerate):
     """Start TARGET with its rank and rendezvous set up, whatever started this process.
+
+    `accelerate launch`'s flags are accepted, spelled with underscores or dashes (--num_processes counts the
+    processes of all machines, as Accelerate's does), and so are its config files (--config_file, or
+    Accelerate's default file). Everything after TARGET is TARGET's own.
 
     \b
     Examples:
       hpc launch --nproc 2 train.py --lr 3e-4           # two local processes
+      hpc launch --num_processes 2 --mixed_precision bf16 train.py
       srun hpc launch train.py                          # in your own sbatch script
       srun --ntasks-per-node=1 hpc launch --launcher torchrun --nproc 4 train.py
+      srun --ntasks-per-node=1 hpc launch --num_processes 8 --num_machines 2 --main_process_ip "$head" train.py
     """
-    from hpc import env as hpc_env
+    from hpc import runtime_config
+    from hpc.cli import launch_plan
     from hpc.config import checks
 
-    from hpc import runtime_config
-
+    given = accelerate_flags.pop(accelerate)
+    as_module = as_module or bool(given.pop("module", False))
+    no_python = bool(given.pop("no_python", False))
+    given.pop("quiet", None)  # hpc launch execs: no launcher traceback of its own to hide
+    request = launch_plan.read_settings(given)
     config = runtime_config.current()
-    launcher = launcher or config.get("launcher") or "srun"
-    nproc = nproc or config.get("nproc_per_node")
+    max_restarts = request.values.get("max_restarts", config.get("max_restarts", 0))
     elastic = elastic or config.get("elastic")
-    max_restarts = max_restarts if max_restarts is not None else config.get("max_restarts", 0)
     if elastic:
         checks.elastic(elastic)
+    machines = request.values.get("nodes")
+    total = request.values.get("num_processes")
+    if nproc is None and total:
+        if total % (machines or 1):
+            raise HpcError(f"--num_processes {total} does not divide over {machines} machines",
+                           fix="give a multiple of --num_machines")
+        nproc = total // (machines or 1)
+    nproc = nproc or config.get("nproc_per_node")
+    launcher = launcher or config.get("launcher") or "srun"
+    os.environ.update(request.environ)
+    if launch_plan.is_main_launcher():
+        for note in request.notes:
+            click.echo(f"hpc: note: {note}", err=True)
+
     in_slurm_step = "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ
     started = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if launcher == "torchrun" and in_slurm_step and not started:
-        # a store of the workers' own each round (see job_templates/torchrun.sbatch.j2)
-        os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
-        _exec(_torchrun_argv(hpc_env.detect(), nproc or 1, elastic, max_restarts, as_module, target, args))
+    if in_slurm_step and not started:
+        from hpc import env as hpc_env
+
+        node = hpc_env.detect()
+        agent_per_node = launch_plan.one_task_per_node(os.environ)
+        launch_plan.check_against_slurm(request.expected, node, nproc if agent_per_node else None)
+        if launcher == "torchrun" or (agent_per_node and (nproc or 1) > 1):
+            # a store of the workers' own each round (see job_templates/torchrun.sbatch.j2)
+            os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+            port = request.values.get("main_process_port") or node.master_port
+            _exec(launch_plan.torchrun_argv(
+                nnodes=elastic or str(node.num_nodes), nproc=nproc or 1, endpoint=f"{node.master_addr}:{port}",
+                run_id=node.job_id or "hpc", max_restarts=max_restarts, extra=request.torchrun_flags,
+                target=launch_plan.torchrun_target(as_module, no_python, target, args)))
+    if not in_slurm_step and not started and (machines or 1) > 1:
+        _exec(launch_plan.machines_argv(request, machines, nproc or 1, max_restarts,
+                                        launch_plan.torchrun_target(as_module, no_python, target, args)))
     if nproc and nproc > 1 and not in_slurm_step and not started:
-        _exec(_local_processes(nproc, as_module, target, args))
+        _exec(_local_processes(nproc, as_module, no_python, target, args, request.values))
+    from hpc import env as hpc_env
+
     hpc_env.export(hpc_env.detect())
-    _exec(_python_target(as_module, target, args))
+    _exec(_python_target(as_module, no_python, target, args))
 
 
-def _torchrun_argv(node, nproc, elastic, max_restarts, as_module, target, args) -> list[str]:
-    """One agent per node: node.world_size counts the agents (one srun task per node)."""
-    nnodes = elastic or str(node.num_nodes)
-    argv = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc_per_node={nproc}",
-            "--rdzv_backend=c10d", f"--rdzv_endpoint={node.master_addr}:{node.master_port}",
-            f"--rdzv_id={node.job_id or 'hpc'}", f"--max_restarts={max_restarts}"]
-    if as_module:
-        return [*argv, "--module", target, *args]
-    return [*argv, *([] if target.endswith(".py") else ["--no-python"]), target, *args]
-
-
-def _local_processes(nproc, as_module, target, args) -> list[str]:
+def _local_processes(nproc, as_module, no_python, target, args, values) -> list[str]:
     """Render the local profile's job for N processes and run it: one mechanism for local ranks."""
     from hpc import backends
     from hpc.config import precedence
 
-    key = "module" if as_module else ("script" if target.endswith(".py") else "command")
+    key = "module" if as_module else ("script" if target.endswith(".py") and not no_python else "command")
     flags = {key: [target] if key == "command" else target, "args": list(args), "nproc_per_node": nproc}
+    for name in ("main_process_port", "cpu_threads_per_process", "gpu_ids"):
+        if values.get(name) is not None:
+            flags[name] = values[name]
     effective = precedence.resolve("local", [precedence.flag_layer(flags)])
     job_dir = tempfile.mkdtemp(prefix="hpc-launch-")
     plan = backends.for_profile(effective.profile).plan(effective, job_dir, workdir=os.getcwd())

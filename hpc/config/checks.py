@@ -41,6 +41,28 @@ def zero_stage(value: int) -> int:
     return value
 
 
+_CPU_BIND = re.compile(r"(verbose,)?(none|rank|rank_ldom|sockets|cores|threads|ldoms|boards|"
+                       r"(map|mask)_(cpu|ldom):[0-9a-fA-Fx,*]+)(,verbose)?")
+
+
+def cpu_bind(value: str) -> str:
+    if not _CPU_BIND.fullmatch(value):
+        raise HpcError("is not an srun --cpu-bind type", fix="use e.g. cores, sockets, none or map_cpu:0,4")
+    return value
+
+
+def port(value: int) -> int:
+    if not 1024 <= value <= 65535:
+        raise HpcError("is not a port a job may listen on", fix="use a port between 1024 and 65535")
+    return value
+
+
+def gpu_ids(value: str) -> str:
+    if not re.fullmatch(r"\d+(,\d+)*", value):
+        raise HpcError("must be GPU numbers", fix="write e.g. 0,1")
+    return value
+
+
 def safe_value(value: str) -> str:
     if not _SAFE.fullmatch(value):
         raise HpcError("holds characters SLURM values cannot have (whitespace, quotes, $, `, ;, ...)",

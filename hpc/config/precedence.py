@@ -29,6 +29,7 @@ class Layer:
     values: Mapping[str, Any]
     from_text: bool = False
     spell: Any = staticmethod(lambda key: key)
+    notes: list = dataclasses.field(default_factory=list)  # one line each, for the user (Accelerate's settings)
 
 
 @record
@@ -39,6 +40,7 @@ class Effective:
     profile: ClusterProfile
     profile_path: Path
     sources: dict[str, str]
+    notes: list = dataclasses.field(default_factory=list)
 
     def explain_rows(self) -> list[tuple[str, str, str]]:
         rows = []
@@ -70,7 +72,7 @@ def env_layer(environ: Mapping[str, str] | None = None) -> Layer:
     return Layer("env", "environment", values, from_text=True, spell=lambda k: ENV_PREFIX + k.upper())
 
 
-def job_file_layer(path: str | Path) -> Layer:
+def job_file_layer(path: str | Path, label: str | None = None) -> Layer:
     path = Path(path)
     if not path.is_file():
         raise HpcError(f"job file {str(path)!r} does not exist", fix="check the --config path")
@@ -78,7 +80,7 @@ def job_file_layer(path: str | Path) -> Layer:
     for key, value in data.items():
         if key not in field_names(JobSpec):
             raise unknown_key_error(str(path), key, value, field_names(JobSpec))
-    return Layer(f"job file {path}", str(path), data)
+    return Layer(label or f"job file {path}", str(path), data)
 
 
 def set_layer(assignments: list[str]) -> Layer:
@@ -100,6 +102,37 @@ def api_layer(keys: Mapping[str, Any]) -> Layer:
         if key not in field_names(JobSpec):
             raise unknown_key_error("hpc.submit()", key, value, field_names(JobSpec))
     return Layer("hpc.submit()", "hpc.submit()", dict(keys), spell=lambda k: f"{k}=")
+
+
+def accelerate_layer(translation, label: str, where: str) -> Layer:
+    """Accelerate's settings (a config file, `accelerate launch` flags), already in hpc's keys."""
+    return Layer(label, where, translation.values, from_text=True, spell=lambda k: translation.origin.get(k, k),
+                 notes=list(translation.notes))
+
+
+def default_layers(config_file: str | None, environ: Mapping[str, str] | None = None) -> list[Layer]:
+    """The files read without being named, then --config_file; lowest first: Accelerate's default config file
+    (where Accelerate looks for it), hpc's own default job file (`hpc config` writes it), an Accelerate file."""
+    from hpc.config import accelerate_file
+
+    layers = []
+    default = accelerate_file.default_path(environ)
+    if default is not None:
+        layers.append(accelerate_layer(accelerate_file.translate(default), f"accelerate default config {default}",
+                                       str(default)))
+    own = default_job_file()
+    if own.is_file():
+        layers.append(job_file_layer(own, label=f"default job file {own}"))
+    if config_file:
+        layers.append(accelerate_layer(accelerate_file.translate(config_file), f"accelerate config {config_file}",
+                                       str(config_file)))
+    return layers
+
+
+def default_job_file() -> Path:
+    from hpc.resources import user_config_dir
+
+    return user_config_dir() / "job.yaml"
 
 
 _POSITIONAL = {"script": "TARGET", "command": "TARGET", "args": "ARGS"}
@@ -124,6 +157,7 @@ def resolve(profile_ref: str | None, layers: list[Layer]) -> Effective:
     profile, path, origin = profiles.load(profile_ref)
     stack = [*_profile_layers(profile, origin), *layers]
     values: dict[str, Any] = {}
+    notes = [note for layer in stack for note in layer.notes]
     sources: dict[str, str] = {}
     located: dict[str, tuple[str, str]] = {}  # key -> (file or "command line"/"environment", key as written)
     level: dict[str, int] = {}  # key -> index of the layer that set it
@@ -139,13 +173,21 @@ def resolve(profile_ref: str | None, layers: list[Layer]) -> Effective:
         loser, winner = ("mem", "mem_per_gpu") if level["mem"] < level["mem_per_gpu"] else ("mem_per_gpu", "mem")
         values.pop(loser)
         sources[loser] = f"dropped ({winner} is set higher up)"
+    if values.get("num_processes") and values.get("nproc_per_node"):
+        # Accelerate's total and hpc's per node: the one set higher up wins; set together, they must agree
+        if level["num_processes"] < level["nproc_per_node"]:
+            values.pop("num_processes")
+            sources["num_processes"] = "dropped (nproc_per_node is set higher up)"
+        elif level["num_processes"] > level["nproc_per_node"]:
+            values.pop("nproc_per_node")
+            sources.pop("nproc_per_node", None)
     job = JobSpec(**values)
     job, derived = _derive(job, profile, sources)
     sources.update(derived)
     if "nodes" in derived and "elastic" in located:
         located["nodes"] = located["elastic"]  # a derived value is blamed on the key it came from
     _check_against_profile(job, profile, located)
-    return Effective(job, profile, path, sources)
+    return Effective(job, profile, path, sources, notes)
 
 
 def _derive(job: JobSpec, profile: ClusterProfile, sources: dict[str, str]) -> tuple[JobSpec, dict[str, str]]:
@@ -163,6 +205,10 @@ def _derive(job: JobSpec, profile: ClusterProfile, sources: dict[str, str]) -> t
     else:
         slots, why = 1, "one per node"
     srun = job.launcher == "srun"
+    if job.num_processes and job.nproc_per_node is None and job.num_processes % job.nodes == 0:
+        nproc = job.num_processes // job.nodes
+        job = dataclasses.replace(job, nproc_per_node=nproc)
+        changes["nproc_per_node"], derived["nproc_per_node"] = nproc, "derived (num_processes / nodes)"
     tasks = job.ntasks_per_node
     if tasks is None:
         if srun and job.nproc_per_node:
@@ -217,6 +263,12 @@ def _check_against_profile(job: JobSpec, profile: ClusterProfile, located: dict[
         fail("sweep", "cannot be combined with --array (a sweep is an array of its own)", "drop one of them")
     if job.offload_param and job.strategy == "deepspeed" and job.zero_stage != 3:
         fail("offload_param", "needs ZeRO stage 3 (only stage 3 partitions parameters)", "set zero_stage 3")
+    if job.num_processes and job.num_processes != job.nodes * job.nproc_per_node:
+        fail("num_processes", f"is not {job.nodes} nodes x {job.nproc_per_node} processes (it counts the processes "
+             "of all nodes, as Accelerate's does)", f"ask for a multiple of {job.nodes}, or drop it")
+    if job.cpu_bind and job.launcher == "deepspeed":
+        fail("cpu_bind", "cannot reach the ranks: DeepSpeed's runner starts its own srun",
+             "use the srun or torchrun launcher, or drop cpu_bind")
     if job.launcher == "srun" and job.nproc_per_node != job.ntasks_per_node:
         fail("nproc_per_node", "differs from ntasks_per_node, but srun starts one process per task",
              "drop --nproc-per-node, or use --launcher torchrun")

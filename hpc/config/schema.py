@@ -94,6 +94,7 @@ class ClusterProfile(TrainingSettings, _Repr):
     env: dict[str, str] = _check(checks.env_values, default_factory=dict)
     network_interface: str | None = _check(checks.safe_value, default=None)
     launcher: Launcher = "srun"
+    cpu_bind: str | None = _check(checks.cpu_bind, default=None)  # srun --cpu-bind for every task
     # None: the interpreter running hpc (the same venv, on a shared filesystem); sites with modules say python3
     python: str | None = _check(checks.safe_value, default=None)
     container: Container | None = None
@@ -134,7 +135,10 @@ class JobSpec(TrainingSettings, _Repr):
     nodelist: str | None = _check(checks.nodelist, default=None)
     ntasks_per_node: int | None = _check(checks.positive, default=None)
     nproc_per_node: int | None = _check(checks.positive, default=None)
+    # processes in all, as `accelerate launch --num_processes` counts them: nproc_per_node = num_processes / nodes
+    num_processes: int | None = _check(checks.positive, default=None)
     gpus_per_node: int = _check(checks.non_negative, default=0)
+    gpu_ids: str | None = _check(checks.gpu_ids, default=None)  # this machine's GPUs to use (local profile)
     cpus_per_task: int | None = _check(checks.positive, default=None)
     mem: str | None = _check(checks.memory, default=None)
     mem_per_gpu: str | None = _check(checks.memory, default=None)
@@ -145,8 +149,13 @@ class JobSpec(TrainingSettings, _Repr):
     constraint: str | None = _check(checks.constraint, default=None)
     reservation: str | None = _check(checks.safe_value, default=None)
     launcher: Launcher = "srun"
+    cpu_bind: str | None = _check(checks.cpu_bind, default=None)
+    # OMP_NUM_THREADS of each process (default: cpus_per_task, else the node's CPUs shared by its processes)
+    cpu_threads_per_process: int | None = _check(checks.positive, default=None)
+    main_process_port: int | None = _check(checks.port, default=None)  # rendezvous port (default: from the job id)
     elastic: str | None = _check(checks.elastic, default=None)
     max_restarts: int = _check(checks.non_negative, default=0)
+    monitor_interval: float | None = None  # seconds between torchrun's checks of its workers
     array: str | None = _check(checks.array, default=None)
     sweep: str | None = None
     after: list[str] = _check(checks.after, default_factory=list)
@@ -158,7 +167,7 @@ class JobSpec(TrainingSettings, _Repr):
     snapshot_include: list[str] | None = None
     snapshot_exclude: list[str] = field(default_factory=list)
     # in-job settings, read by Accelerator from the runtime config (arguments in code override them)
-    mixed_precision: Literal["no", "bf16", "fp16"] | None = None
+    mixed_precision: Literal["no", "bf16", "fp16", "fp8"] | None = None
     gradient_accumulation_steps: int | None = _check(checks.positive, default=None)
 
     @property
@@ -182,6 +191,7 @@ PROFILE_DEFAULTS = {
     "mem_per_gpu": "mem_per_gpu",
     "time": "default_time",
     "launcher": "launcher",
+    "cpu_bind": "cpu_bind",
     "output_dir": "output_dir",
     "template": "template",
     "snapshot_include": "snapshot_include",

@@ -10,7 +10,7 @@ from typing import Literal
 from hpc.config import checks
 
 Strategy = Literal["ddp", "fsdp", "deepspeed"]
-ShardingStrategy = Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"]
+ShardingStrategy = Literal["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"]
 AutoWrapPolicy = Literal["TRANSFORMER_AUTO_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"]
 StateDictType = Literal["FULL_STATE_DICT", "SHARDED_STATE_DICT"]
 
@@ -26,6 +26,11 @@ class TrainingSettings:
     fsdp_cpu_offload: bool | None = None
     fsdp_activation_checkpointing: bool | None = None
     fsdp_state_dict_type: StateDictType | None = None
+    fsdp_reshard_after_forward: bool | None = None  # None: what the sharding strategy implies
+    # rank 0's weights are broadcast before sharding; with cpu_ram_efficient_loading, transformers loads the
+    # pretrained weights on rank 0 only (the others build on the meta device) and they arrive that way
+    fsdp_sync_module_states: bool | None = None
+    fsdp_cpu_ram_efficient_loading: bool | None = None
     # reduce-scatter every micro-step: sharded gradients, less memory, more communication
     fsdp_sync_each_microstep: bool | None = None
     zero_stage: int | None = field(metadata={"check": checks.zero_stage}, default=None)
@@ -33,6 +38,15 @@ class TrainingSettings:
     offload_param: bool | None = None
     deepspeed_config: str | None = field(metadata={"check": checks.safe_value}, default=None)  # a JSON file
     gradient_clipping: float | None = None
+    # the Accelerator: CPU even where there are GPUs; collectives check that ranks agree on shapes (debug)
+    use_cpu: bool | None = None
+    debug: bool | None = None
+    # torch.compile of each model in prepare() (Accelerate's TorchDynamoPlugin); "no" or None: not compiled
+    dynamo_backend: str | None = field(metadata={"check": checks.safe_value}, default=None)
+    dynamo_mode: Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"] | None = None
+    dynamo_use_fullgraph: bool | None = None
+    dynamo_use_dynamic: bool | None = None
+    dynamo_use_regional_compilation: bool | None = None  # compile each repeated block, not the whole model
     # checkpoints (project_dir/checkpoints/step-N): resume from the newest on start, how many to keep,
     # write in the background, fsync every file (survives a node crash; costs ~1 s per GiB)
     auto_resume: bool | None = None

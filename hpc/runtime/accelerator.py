@@ -2,7 +2,8 @@
 
 Backend differences live in strategies (single process, DDP, FSDP2, DeepSpeed), precision in
 precision.py, sharding in data.py, collectives in ops.py. Settings come from the job's runtime config file
-(HPC_RUNTIME_CONFIG); arguments given here override it.
+(HPC_RUNTIME_CONFIG), above the ACCELERATE_* variables `accelerate launch` would have set; arguments given here
+override both.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ import torch
 import torch.distributed as dist
 
 from hpc import layout, runtime_config
+from hpc.config import accelerate_settings
 from hpc.errors import HpcError
 from hpc.runtime import ops, preemption
 from hpc.runtime.checkpoint.checkpointer import Checkpointer
+from hpc.runtime.compile import Compile
 from hpc.runtime.checkpoint.store import MIN_KEEP, CheckpointStore
 from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
 from hpc.runtime.handlers import GradScalerKwargs
@@ -84,18 +87,26 @@ class Accelerator:
                  deepspeed_plugin: DeepSpeedPlugin | dict | None = None,
                  auto_resume: bool | None = None, checkpoint_keep: int | None = None,
                  checkpoint_async: bool | None = None, checkpoint_fsync: bool | None = None):
-        config = runtime_config.current()
+        config = runtime_config.current()  # empty outside an hpc job
+        from_env = accelerate_settings.from_environ(os.environ)
+        settings = {**from_env.values, **config}
         self._config = config
-        kind, plugin = _choose_strategy(config, fsdp_plugin, deepspeed_plugin)
-        mode = normalize(mixed_precision or config.get("mixed_precision"))
+        kind, plugin = _choose_strategy(settings, fsdp_plugin, deepspeed_plugin)
+        mode = normalize(mixed_precision or settings.get("mixed_precision"))
         steps = (gradient_accumulation_steps or getattr(plugin, "gradient_accumulation_steps", None)
-                 or config.get("gradient_accumulation_steps") or 1)
+                 or settings.get("gradient_accumulation_steps") or 1)
         if not isinstance(steps, int) or steps < 1:
             raise HpcError(f"gradient_accumulation_steps={steps!r} must be a whole number >= 1", fix="use 1 or more")
         self.gradient_accumulation_steps = steps
         self.handlers = {type(h): h for h in (kwargs_handlers or [])}
         cls = plugin_strategy(kind)
+        cpu = cpu or bool(settings.get("use_cpu"))
         self.state = ProcessState.start(cpu=cpu, need_group=cls is not None and cls.needs_process_group)
+        self.debug = bool(settings.get("debug"))  # collectives first check that every rank's shapes agree
+        self._compile = Compile.from_settings(settings)
+        if self.is_main_process:
+            for note in from_env.notes:
+                print(f"hpc: note: {note}", file=sys.stderr)
         self.strategy = choose(kind, self.state, self.handlers, plugin, mixed_precision=mode, accumulation_steps=steps)
         self.precision = Precision(mode, self.state.device, self.strategy, self.handlers.get(GradScalerKwargs))
         self.gradient_state = GradientState()
@@ -195,8 +206,8 @@ class Accelerator:
         new_models, new_optimizers = self.strategy.prepare([objects[i] for i in models],
                                                            [objects[i] for i in optimizers], hints)
         for i, model in zip(models, new_models):
-            out[i] = model
-            self._models.append(model)
+            out[i] = self._compile(model)
+            self._models.append(out[i])
         for i, opt in zip(optimizers, new_optimizers):
             out[i] = AcceleratedOptimizer(opt, self, user_optimizer=objects[i])
             self._optimizers.append(out[i])
@@ -273,6 +284,8 @@ class Accelerator:
 
     def gather(self, data):
         self._beat("gather")  # the label a hang report shows if the other ranks never come
+        if self.debug:
+            ops.verify_shapes(data, self.num_processes, "gather")
         return ops.gather(data, self.num_processes)
 
     def gather_for_metrics(self, data):
@@ -284,6 +297,8 @@ class Accelerator:
 
     def reduce(self, data, reduction: str = "mean"):
         self._beat("reduce")
+        if self.debug:
+            ops.verify_shapes(data, self.num_processes, "reduce")
         return ops.reduce(data, self.num_processes, reduction)
 
     def pad_across_processes(self, data, dim: int = 0, pad_index: int = 0, pad_first: bool = False):

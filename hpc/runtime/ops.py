@@ -16,6 +16,30 @@ def _map(fn, data):
     return data
 
 
+def _shapes(data):
+    if isinstance(data, torch.Tensor):
+        return tuple(data.shape)
+    if isinstance(data, dict):
+        return {k: _shapes(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_shapes(v) for v in data]
+    return type(data).__name__
+
+
+def verify_shapes(data, world: int, operation: str) -> None:
+    """Debug mode: ranks holding different shapes would hang in the collective or fail deep inside it;
+    compare them first and name each rank's. One all_gather_object per call."""
+    if world <= 1 or not dist.is_initialized():
+        return
+    shapes = gather_object(_shapes(data), world)
+    if any(s != shapes[0] for s in shapes):
+        from hpc.errors import HpcError
+
+        listed = "; ".join(f"rank {r}: {s}" for r, s in enumerate(shapes))
+        raise HpcError(f"{operation}: the ranks hold different shapes ({listed})",
+                       fix="pad with pad_across_processes first, or give every rank the same shapes")
+
+
 def gather_object(obj, world: int) -> list:
     """Every rank's picklable object, by rank (just [obj] without a process group)."""
     if world <= 1 or not dist.is_initialized():

@@ -11,9 +11,12 @@ from typing import Any
 
 from hpc.errors import HpcError
 
-SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
+SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
 WRAPPING = ("TRANSFORMER_AUTO_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
 STATE_DICTS = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")
+
+
+_ALIASES = {"TRANSFORMER_BASED_WRAP": "TRANSFORMER_AUTO_WRAP"}  # Accelerate's spelling of the same policy
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
@@ -22,7 +25,7 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     if isinstance(text, int) or (isinstance(text, str) and text.isdigit()):
         index = int(text) - 1
         text = allowed[index] if 0 <= index < len(allowed) else str(text)
-    text = str(text).upper()
+    text = _ALIASES.get(str(text).upper(), str(text).upper())
     if text not in allowed:
         raise HpcError(f"{name}={value!r} is not known", fix=f"use one of {', '.join(allowed)}")
     return text
@@ -40,6 +43,9 @@ class FullyShardedDataParallelPlugin:
     sync_each_microstep: bool = False  # reduce-scatter every micro-step: less memory, more traffic
     reshard_after_forward: bool | None = None  # None: what the sharding strategy implies
     mixed_precision_policy: Any = None  # a torch MixedPrecisionPolicy; None: from mixed_precision
+    sync_module_states: bool = False  # rank 0's weights are broadcast to the others before sharding
+    # transformers loads pretrained weights on rank 0 only (the others on the meta device); implies the above
+    cpu_ram_efficient_loading: bool = False
 
     def __post_init__(self):
         self.sharding_strategy = _choice("sharding_strategy", self.sharding_strategy, SHARDING)
@@ -51,6 +57,7 @@ class FullyShardedDataParallelPlugin:
                                      "SIZE_BASED_WRAP" if self.min_num_params else "NO_WRAP")
         self.auto_wrap_policy = _choice("auto_wrap_policy", self.auto_wrap_policy, WRAPPING)
         self.state_dict_type = _choice("state_dict_type", self.state_dict_type, STATE_DICTS)
+        self.sync_module_states = bool(self.sync_module_states or self.cpu_ram_efficient_loading)
         if self.auto_wrap_policy == "SIZE_BASED_WRAP" and self.min_num_params <= 0:
             raise HpcError("auto_wrap_policy SIZE_BASED_WRAP needs min_num_params", fix="set min_num_params, e.g. 1e6")
 
@@ -60,7 +67,10 @@ class FullyShardedDataParallelPlugin:
                 "transformer_cls_names_to_wrap": "fsdp_transformer_layer_cls_to_wrap",
                 "min_num_params": "fsdp_min_num_params", "cpu_offload": "fsdp_cpu_offload",
                 "activation_checkpointing": "fsdp_activation_checkpointing",
-                "state_dict_type": "fsdp_state_dict_type", "sync_each_microstep": "fsdp_sync_each_microstep"}
+                "state_dict_type": "fsdp_state_dict_type", "sync_each_microstep": "fsdp_sync_each_microstep",
+                "reshard_after_forward": "fsdp_reshard_after_forward",
+                "sync_module_states": "fsdp_sync_module_states",
+                "cpu_ram_efficient_loading": "fsdp_cpu_ram_efficient_loading"}
         return cls(**{mine: config[theirs] for mine, theirs in keys.items() if config.get(theirs) is not None})
 
 

@@ -15,6 +15,9 @@ MODES = ("no", "fp32", "bf16", "fp16")
 def normalize(mode: str | None) -> str:
     """'no', 'bf16' or 'fp16' ('fp32' and None mean 'no')."""
     mode = (mode or "no").lower()
+    if mode == "fp8":
+        raise HpcError("mixed_precision='fp8' is not in hpc yet (it needs an fp8 GPU, H100 or newer, and a recipe "
+                       "such as Transformer Engine or torchao)", fix="use bf16")
     if mode not in MODES:
         raise HpcError(f"mixed_precision={mode!r} is not supported", fix="use 'no', 'bf16' or 'fp16'")
     return "no" if mode == "fp32" else mode

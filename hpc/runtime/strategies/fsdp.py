@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
@@ -37,10 +38,10 @@ class FSDPStrategy(Strategy):
         device = self.state.device.type
         if kind == "NO_SHARD":
             return init_device_mesh(device, (env.world_size, 1), mesh_dim_names=("replicate", "shard"))
-        if kind == "HYBRID_SHARD":
+        if kind in ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2"):
             local = env.local_world_size
             if env.world_size % local:
-                raise HpcError(f"HYBRID_SHARD needs the same number of ranks on every node ({env.world_size} ranks, "
+                raise HpcError(f"{kind} needs the same number of ranks on every node ({env.world_size} ranks, "
                                f"{local} on this node)", fix="use FULL_SHARD, or even nodes")
             return init_device_mesh(device, (env.world_size // local, local), mesh_dim_names=("replicate", "shard"))
         return init_device_mesh(device, (env.world_size,), mesh_dim_names=("shard",))
@@ -83,8 +84,12 @@ class FSDPStrategy(Strategy):
                 raise HpcError(f"TRANSFORMER_AUTO_WRAP: layer class {', '.join(missing) or '(none named)'} is not in "
                                "the model", fix="name the block class in transformer_cls_names_to_wrap "
                                f"(the model has {', '.join(sorted(present)[:8])})")
+        if plugin.sync_module_states:
+            self._materialize(model)
         if not plugin.cpu_offload:
             model = model.to(self.state.device)
+        if plugin.sync_module_states:
+            self._broadcast_from_rank0(model)
         if plugin.activation_checkpointing:
             from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
 
@@ -102,6 +107,29 @@ class FSDPStrategy(Strategy):
         for opt in self._optimizers:
             self._switch(opt)
         return model
+
+    def _materialize(self, model: torch.nn.Module) -> None:
+        """A rank that built the model on the meta device (rank 0 alone loaded the pretrained weights) gets
+        storage for it; rank 0's weights arrive by broadcast."""
+        if not any(t.is_meta for t in [*model.parameters(), *model.buffers()]):
+            return
+        if self.state.env.rank == 0:
+            raise HpcError("sync_module_states: rank 0's model is on the meta device; it must hold the weights",
+                           fix="load the weights on rank 0 (cpu_ram_efficient_loading loads them there only)")
+        model.to_empty(device="cpu" if self.plugin.cpu_offload else self.state.device)
+
+    def _broadcast_from_rank0(self, model: torch.nn.Module) -> None:
+        if not dist.is_initialized():
+            return
+        device = self.state.device
+        with torch.no_grad():
+            for tensor in [*model.parameters(), *model.buffers()]:
+                if tensor.device == device:
+                    dist.broadcast(tensor.data, src=0)
+                else:  # offloaded to the CPU: NCCL broadcasts device memory only
+                    on_device = tensor.data.to(device)
+                    dist.broadcast(on_device, src=0)
+                    tensor.data.copy_(on_device)
 
     def prepare(self, models, optimizers, hints):
         wrapped = [self.wrap_model(m) for m in models]

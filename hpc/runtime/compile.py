@@ -1,0 +1,41 @@
+"""torch.compile of each prepared model, as Accelerate's TorchDynamoPlugin asks (dynamo_backend & co)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from hpc.errors import HpcError
+
+
+@dataclass(frozen=True)
+class Compile:
+    backend: str | None = None  # None or "no": models are left as they are
+    mode: str | None = None
+    fullgraph: bool = False
+    dynamic: bool | None = None
+    regional: bool = False  # compile each block of a repeated stack (nn.ModuleList) instead of the whole model
+
+    @classmethod
+    def from_settings(cls, settings: dict) -> "Compile":
+        backend = settings.get("dynamo_backend")
+        return cls(backend=None if backend in (None, "no", "NO") else str(backend).lower(),
+                   mode=None if settings.get("dynamo_mode") in (None, "default") else settings["dynamo_mode"],
+                   fullgraph=bool(settings.get("dynamo_use_fullgraph")),
+                   dynamic=settings.get("dynamo_use_dynamic"),
+                   regional=bool(settings.get("dynamo_use_regional_compilation")))
+
+    def __call__(self, model: torch.nn.Module) -> torch.nn.Module:
+        if self.backend is None:
+            return model
+        if self.backend not in torch._dynamo.list_backends(exclude_tags=()):
+            raise HpcError(f"dynamo_backend={self.backend!r} is not a torch.compile backend here",
+                           fix=f"use one of {', '.join(sorted(torch._dynamo.list_backends(exclude_tags=())))}")
+        options = {"backend": self.backend, "mode": self.mode, "fullgraph": self.fullgraph, "dynamic": self.dynamic}
+        # in place (Module.compile), not torch.compile's wrapper: state_dict keys, checkpoints and
+        # isinstance checks stay what they were
+        blocks = [b for m in model.modules() if isinstance(m, torch.nn.ModuleList) for b in m] if self.regional else []
+        for block in blocks or [model]:  # a block compiled once serves every repeat: time does not grow with depth
+            block.compile(**options)
+        return model
