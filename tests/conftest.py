@@ -9,11 +9,13 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def in_tmp(tmp_path, monkeypatch):
-    """Run in an empty folder with a private XDG config, so no user or project profiles leak in."""
+    """Run in an empty folder with a private XDG config and HF_HOME, so no user or project profiles, default
+    job file or Accelerate config leak in."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no Accelerate default config from this machine
     for key in list(os.environ):
-        if key.startswith("HPC_"):
+        if key.startswith(("HPC_", "ACCELERATE_", "FSDP_")):
             monkeypatch.delenv(key)
     return tmp_path
 

@@ -41,8 +41,10 @@ def make_project(tmp: Path) -> Path:
 
 
 def hpc(tmp: Path, *args, env=None, timeout=120, check=False):
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("HPC_", "SLURM_JOB", "MASTER_"))}
+    full = {k: v for k, v in os.environ.items()
+            if not k.startswith(("HPC_", "SLURM_JOB", "MASTER_", "ACCELERATE_", "FSDP_"))}
     full.update({"XDG_CONFIG_HOME": str(tmp / "xdg-config"), "XDG_DATA_HOME": str(tmp / "xdg-data"),
+                 "HF_HOME": str(tmp / "hf"),
                  "DUMP_DIR": str(tmp / "dumps"), **(env or {})})
     proc = subprocess.run([sys.executable, "-m", "hpc", *args], cwd=tmp, env=full, capture_output=True, text=True,
                           timeout=timeout)

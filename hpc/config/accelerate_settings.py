@@ -8,6 +8,7 @@ hpc job keys, a note saying what hpc does instead (SLURM already knows the machi
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +26,8 @@ class Translation:
     # what the user expects SLURM to have given (machine_rank, main_process_ip, ...): `hpc launch` checks them
     expected: dict[str, Any] = field(default_factory=dict)
     origin: dict[str, str] = field(default_factory=dict)  # hpc key -> the setting that set it, as written
+    # what a submit says of the expected values (SLURM decides them); `hpc launch` checks them instead
+    slurm_notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -37,8 +40,8 @@ class _Context:
     def fail(self, name: str, value: Any, problem: str, fix: str) -> None:
         raise ConfigError(self.where, self.spell(name), value, problem, fix)
 
-    def note(self, name: str, value: Any, text: str) -> None:
-        self.out.notes.append(f"{self.where}: {self.spell(name)}={value}: {text}")
+    def note(self, name: str, value: Any, text: str, *, slurm: bool = False) -> None:
+        (self.out.slurm_notes if slurm else self.out.notes).append(f"{self.where}: {self.spell(name)}={value}: {text}")
 
 
 def _bool(ctx: _Context, name: str, value: Any) -> bool:
@@ -110,7 +113,7 @@ def expect(what: str, convert: Callable, note: str) -> Callable:
         if value is None:
             return
         ctx.out.expected[what] = convert(ctx, name, value)
-        ctx.note(name, value, note)
+        ctx.note(name, value, note, slurm=True)
 
     return apply
 
@@ -186,7 +189,7 @@ def _deepspeed_config_file(ctx: _Context, name: str, value: Any) -> None:
     path = Path(str(value)).expanduser()
     if not path.is_absolute() and ctx.base is not None:
         path = ctx.base / path  # as Accelerate reads it: relative to the config file
-    ctx.out.values["deepspeed_config"] = str(path)
+    ctx.out.values["deepspeed_config"] = os.path.normpath(path)
 
 
 _WRAP = {"TRANSFORMER_BASED_WRAP": "TRANSFORMER_AUTO_WRAP", "TRANSFORMER_AUTO_WRAP": "TRANSFORMER_AUTO_WRAP",
@@ -266,10 +269,9 @@ SETTINGS: dict[str, Callable] = {
     "debug": key("debug", _bool),
     "num_processes": _num_processes,
     "num_machines": _num_machines,
-    "machine_rank": expect("machine_rank", _int, "SLURM numbers the nodes; `hpc launch` in a job checks it "
-                                                "against SLURM_NODEID, `hpc submit` leaves it to SLURM"),
+    "machine_rank": expect("machine_rank", _int, "SLURM numbers the nodes; hpc submit leaves it to SLURM"),
     "main_process_ip": expect("main_process_ip", lambda ctx, n, v: str(v),
-                              "the job's first node is the main process; `hpc launch` in a job checks it"),
+                              "the job's first node is the main process"),
     "main_process_port": key("main_process_port", _int),
     "gpu_ids": _gpu_ids,
     "rdzv_backend": quiet_if("static", "c10d", note="is not a rendezvous torch knows; hpc uses static (srun) "

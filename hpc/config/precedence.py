@@ -107,7 +107,7 @@ def api_layer(keys: Mapping[str, Any]) -> Layer:
 def accelerate_layer(translation, label: str, where: str) -> Layer:
     """Accelerate's settings (a config file, `accelerate launch` flags), already in hpc's keys."""
     return Layer(label, where, translation.values, from_text=True, spell=lambda k: translation.origin.get(k, k),
-                 notes=list(translation.notes))
+                 notes=[*translation.notes, *translation.slurm_notes])
 
 
 def default_layers(config_file: str | None, environ: Mapping[str, str] | None = None) -> list[Layer]:

@@ -89,7 +89,7 @@ class Accelerator:
                  checkpoint_async: bool | None = None, checkpoint_fsync: bool | None = None):
         config = runtime_config.current()  # empty outside an hpc job
         from_env = accelerate_settings.from_environ(os.environ)
-        settings = {**from_env.values, **config}
+        settings = {**from_env.values, **{k: v for k, v in config.items() if v is not None}}
         self._config = config
         kind, plugin = _choose_strategy(settings, fsdp_plugin, deepspeed_plugin)
         mode = normalize(mixed_precision or settings.get("mixed_precision"))
