@@ -6,6 +6,7 @@
         record.json                                   id, scheduler, profile, submit command, snapshot
         code/                                         the code snapshot the job runs from
         function/                                     a function job's pickled call and each rank's result
+        sanity/                                       `hpc test`: each rank's check results (hpc.sanity)
         logs/                                         the batch script's log, one per rank (or node)
         tasks/<task>.<kind>                           what the job writes of each (array) task, see TaskFile
         hang/<task>/                                  the hang watchdog's stacks and verdict
@@ -30,6 +31,7 @@ TASKS = "tasks"
 HANG = "hang"
 TIMINGS = "timings.json"
 FUNCTION = "function"
+SANITY = "sanity"
 CANCELLED = "cancelled"  # marker: the user cancelled the job (an ended job without accounting stays CANCELLED)
 
 # the rendezvous port follows from the job id, above Linux's ephemeral range (32768-60999)
@@ -48,6 +50,7 @@ class TaskFile:
     STOP = "stop"  # the signal the batch shell got (read by ranks whose launcher does not pass it on)
     REQUEUE = "requeue"  # why a rank asked to run again; the batch script requeues once the step has ended
     END = "end"  # end.<node>.<rank>: how each task's program ended (a lost node notes nothing)
+    RANK_SHIM = "deepspeed.py"  # the script DeepSpeed's slurm runner starts as each rank (deepspeed.sbatch.j2)
     LOST_NODES = "lost_nodes"  # nodes that stopped answering, a line per loss
 
 
@@ -100,6 +103,11 @@ FUNCTION_CALL = "call.pkl"
 
 def function_result(rank: int | str) -> str:
     return f"result-{rank}.pkl"
+
+
+def sanity_result(rank: int, host: str, pid: int) -> str:
+    """Host and pid in the name: two processes that both think they are rank 0 leave two files, not one."""
+    return f"rank{rank}-{host}-{pid}.json"
 
 
 def port_formula(job_id_expr: str) -> str:

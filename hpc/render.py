@@ -89,18 +89,14 @@ def target_argv(job: JobSpec, profile: ClusterProfile) -> list[str]:
     raise HpcError("nothing to run", fix="give a script (train.py), -m MODULE, or a command after the options")
 
 
-def launcher_target(job: JobSpec, launcher_flags: dict[str, str]) -> list[str]:
-    """What torchrun or deepspeed is told to run; each spells 'module' and 'not python' its own way."""
+def launcher_target(job: JobSpec) -> list[str]:
+    """What torchrun is told to run (DeepSpeed's runner gets hpc's own target, see deepspeed.sbatch.j2)."""
     if job.module:
-        return [launcher_flags["module"], job.module, *job.args]
+        return ["--module", job.module, *job.args]
     if job.script and job.script.endswith(".py"):
         return [job.script, *job.args]
     prog = [job.script] if job.script else list(job.command or [])
-    return [launcher_flags["no_python"], *prog, *job.args]
-
-
-_TORCHRUN_FLAGS = {"module": "--module", "no_python": "--no-python"}
-_DEEPSPEED_FLAGS = {"module": "--module", "no_python": "--no_python"}
+    return ["--no-python", *prog, *job.args]
 
 
 def container_args(profile: ClusterProfile, job: JobSpec) -> tuple[list[str], list[str]]:
@@ -186,7 +182,7 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         "omp_threads": job.cpu_threads_per_process or job.cpus_per_task,
         "srun_flags": srun_flags,
         "wrap": wrap,
-        "launcher_target": launcher_target(job, _DEEPSPEED_FLAGS if job.launcher == "deepspeed" else _TORCHRUN_FLAGS),
+        "launcher_target": launcher_target(job),
         "nnodes": job.elastic or job.nodes,
         "forward_signals": signals,
         # an ignored signal stays ignored across exec, and a handler installed later still wins

@@ -182,6 +182,7 @@ print("HEAVY=" + ",".join(heavy))
     ["env"],
     ["estimate-memory", "7B", "-p", "perlmutter", "-N", "2", "--json"],
     ["merge-weights", "--help"],
+    ["test", "--help"],
 ], ids=lambda a: " ".join(a[:2]))
 def test_login_path_imports_no_torch(project, args):
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=project, capture_output=True, text=True,

@@ -1,13 +1,15 @@
-"""The memory estimator and its command: accounting per strategy, the cheapest fit, bad input."""
+"""The memory estimator and its command: accounting per strategy, the cheapest fit, model folders, Accelerate's
+per-dtype table, bad input."""
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 from hpc.errors import HpcError
-from hpc.estimate import STRATEGIES, Shape, cheapest_fit, estimate, parse_count
+from hpc.estimate import STRATEGIES, Shape, cheapest_fit, estimate, measure, model_size, parse_count
 
 P = 1_000_000
 
@@ -59,8 +61,9 @@ def test_bad_parameter_counts(bad):
         parse_count(bad)
 
 
-def hpc(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "hpc", *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+def hpc(*args, cwd=None, env=None):
+    return subprocess.run([sys.executable, "-m", "hpc", *args], capture_output=True, text=True, timeout=120, cwd=cwd,
+                          env=env)
 
 
 def test_command_json_and_profile_defaults():
@@ -92,3 +95,144 @@ def test_command_counts_a_model_built_on_the_meta_device(tmp_path):
 def test_bad_input_is_one_line_and_exit_2(args):
     proc = hpc("estimate-memory", *args)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+
+
+# --- a local HuggingFace model folder and Accelerate's per-dtype table (--dtypes) ---------------------------------
+
+OFFLINE = {**os.environ, "HF_HUB_OFFLINE": "1"}
+# GPT-2 with a small vocabulary, so that a whole block (kept whole: GPT2Block is in _no_split_modules) is the
+# largest layer, not the embedding and not the block's largest Linear
+GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 32,
+        "bos_token_id": 0, "eos_token_id": 0}
+# per block: ln_1 128 + c_attn 12,480 + attn c_proj 4,160 + ln_2 128 + c_fc 16,640 + mlp c_proj 16,448
+BLOCK = 49_984
+GPT2_PARAMS = 100 * 64 + 32 * 64 + 2 * BLOCK + 128  # wte, wpe, h.0, h.1, ln_f
+
+
+@pytest.fixture
+def gpt2_folder(tmp_path):
+    folder = tmp_path / "tiny-gpt2"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(GPT2))
+    return folder
+
+
+def run_in_process(*args):
+    """The command in this process: transformers, once imported, is not imported again (seconds each time)."""
+    from click.testing import CliRunner
+
+    from hpc.cli.estimate_cmd import estimate_memory
+
+    result = CliRunner().invoke(estimate_memory, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def real_model(folder):
+    """What transformers builds for real, on the CPU, with its weights allocated."""
+    import transformers
+
+    return transformers.AutoModel.from_config(transformers.AutoConfig.from_pretrained(folder, local_files_only=True))
+
+
+def test_a_folder_is_counted_exactly_as_transformers_builds_it(gpt2_folder, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = real_model(gpt2_folder)
+    real_params = sum(p.numel() for p in model.parameters())
+    assert real_params == GPT2_PARAMS
+    size = measure(str(gpt2_folder))
+    assert size.parameters == real_params
+    assert size.total_bytes == sum(t.nbytes for t in [*model.parameters(), *model.buffers()]) == 4 * GPT2_PARAMS
+    assert (size.largest_layer_bytes, size.largest_layers) == (4 * BLOCK, ["h.0", "h.1"])
+
+
+def test_the_strategies_table_takes_a_folder(gpt2_folder, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    data = json.loads(run_in_process(gpt2_folder, "--strategy", "ddp", "--json"))
+    assert data["parameters"] == GPT2_PARAMS and data["strategies"][0]["state_bytes"] == 16 * GPT2_PARAMS
+
+
+def test_dtypes_json_follows_accelerate(gpt2_folder, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    data = json.loads(run_in_process(gpt2_folder, "--dtypes", "--json"))
+    assert (data["parameters"], data["largest_layers"]) == (GPT2_PARAMS, ["h.0", "h.1"])
+    total, layer = 4 * GPT2_PARAMS, 4 * BLOCK
+    # Accelerate's training peak: float32 4x the fp32 size (the step), float16 2x (Adam's fp32 moments); no int
+    keys = ("dtype", "largest_layer_bytes", "total_bytes", "training_adam_peak_bytes")
+    assert data["dtypes"] == [dict(zip(keys, row)) for row in [
+        ("float32", layer, total, 4 * total), ("float16", layer // 2, total // 2, 2 * total),
+        ("int8", layer // 4, total // 4, None), ("int4", layer // 8, total // 8, None)]]
+
+
+def test_dtypes_table_picks_the_dtypes_asked_for(gpt2_folder, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    lines = run_in_process(gpt2_folder, "--dtypes", "int4,float16", "--dtypes", "int4").splitlines()
+    assert lines[1].split() == ["dtype", "largest", "layer", "total", "size", "training", "with", "Adam", "(peak)"]
+    # 434,176 fp32 bytes; a block is 199,936
+    assert [line.split() for line in lines[2:4]] == [["int4", "24.41", "KiB", "53.00", "KiB", "-"],
+                                                     ["float16", "97.62", "KiB", "212.00", "KiB", "848.00", "KiB"]]
+    assert lines[4] == "largest layer: h.0, h.1"
+
+
+def test_a_bare_count_has_dtype_sizes_but_no_layers():
+    proc = hpc("estimate-memory", "1B", "--dtypes", "float32", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["largest_layers"] is None and data["dtypes"] == [{
+        "dtype": "float32", "largest_layer_bytes": None, "total_bytes": 4 * 10**9, "training_adam_peak_bytes": 16 * 10**9}]
+
+
+def test_layers_are_leaves_and_integer_buffers_keep_their_size():
+    import torch
+
+    size = model_size(torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.ReLU(), torch.nn.BatchNorm1d(20)))
+    # BatchNorm: weight, bias, running mean and var in fp32, and an int64 step count
+    assert (size.parameters, size.total_bytes) == (220 + 40, (220 + 80) * 4 + 8)
+    assert (size.largest_layer_bytes, size.largest_layers) == (880, ["0"])
+
+
+PROBE_DTYPES = """
+import runpy, sys
+sys.argv = ["hpc", "estimate-memory", "7B", "--dtypes", "--json"]
+try:
+    runpy.run_module("hpc", run_name="__main__")
+except SystemExit as e:
+    assert not e.code, e.code
+print("TORCH=" + str("torch" in sys.modules))
+"""
+
+
+def test_a_count_with_dtypes_imports_no_torch():
+    proc = subprocess.run([sys.executable, "-c", PROBE_DTYPES], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "TORCH=False"
+
+
+def test_missing_transformers_is_one_line_and_exit_2(gpt2_folder):
+    hide = ("import sys; sys.modules['transformers'] = None; sys.argv = ['hpc'] + sys.argv[1:]; "
+            "from hpc.cli import main; main()")
+    proc = subprocess.run([sys.executable, "-c", hide, "estimate-memory", str(gpt2_folder), "--dtypes"],
+                          capture_output=True, text=True, timeout=60, env=OFFLINE)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "needs transformers" in proc.stderr and "fix: pip install transformers" in proc.stderr
+
+
+def test_a_config_transformers_cannot_build_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
+    with pytest.raises(HpcError, match="transformers cannot build a model from .*no-such-architecture") as e:
+        measure(str(tmp_path))
+    assert "\\n" not in str(e.value)  # transformers' message runs on for a paragraph: only its first line is kept
+
+
+@pytest.mark.parametrize("args,says", [
+    pytest.param(["{empty}"], "has no config.json", id="no config"),
+    pytest.param(["someorg/somemodel", "--dtypes"], "is not a local folder", id="hub name"),
+    pytest.param(["7B", "--dtypes", "bf16"], "dtype 'bf16' is not known", id="bad dtype"),
+    pytest.param(["7B", "--dtypes", "-N", "4"], "--nodes is for the strategies table", id="strategy flag"),
+])
+def test_bad_model_or_dtypes_is_one_line_and_exit_2(tmp_path, args, says):
+    (tmp_path / "empty").mkdir()
+    proc = hpc("estimate-memory", *[a.format(empty=tmp_path / "empty") for a in args], env=OFFLINE)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert says in proc.stderr, proc.stderr

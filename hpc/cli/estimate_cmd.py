@@ -1,9 +1,10 @@
-"""`hpc estimate-memory`: bytes per GPU per strategy, and the cheapest strategy that fits. Torch-free
-unless a model (module:callable) is given."""
+"""`hpc estimate-memory`: bytes per GPU per strategy, and the cheapest strategy that fits; or, with --dtypes,
+Accelerate's table of sizes per dtype. Torch-free unless a model (a folder or module:callable) is given."""
 
 from __future__ import annotations
 
 import click
+from click.core import ParameterSource
 
 from hpc.cli.output import echo_json, table
 from hpc.errors import HpcError
@@ -11,6 +12,49 @@ from hpc.errors import HpcError
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.2f}"
+
+
+def _size(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n:.2f} PiB"
+
+
+def _dtype_list(given: tuple[str, ...]) -> list[str]:
+    from hpc.estimate import DTYPES
+
+    names = [n.strip() for value in given for n in value.split(",") if n.strip()]
+    return list(DTYPES) if "all" in names or not names else list(dict.fromkeys(names))
+
+
+def _strategy_flag_given(ctx: click.Context) -> str | None:
+    """The first option given that only the strategies table reads: with --dtypes it would be silently ignored."""
+    for param in ctx.command.params:
+        given = ctx.get_parameter_source(param.name) != ParameterSource.DEFAULT
+        if given and param.name not in ("model", "dtypes", "as_json"):
+            return next(o for o in param.opts if o.startswith("--"))
+    return None
+
+
+def _print_dtypes(model: str, dtypes: list[str], as_json: bool) -> None:
+    from hpc import estimate as est
+
+    size = est.measure(model)
+    rows = est.dtype_sizes(size, dtypes)
+    if as_json:
+        echo_json({"model": model, "parameters": size.parameters, "largest_layers": size.largest_layers or None,
+                   "dtypes": rows})
+        return
+    click.echo(f"{model}: {size.parameters:,} parameters; training with Adam is Accelerate's peak, not a sum")
+    click.echo(table(["dtype", "largest layer", "total size", "training with Adam (peak)"],
+                     [(r["dtype"], _size(r["largest_layer_bytes"]), _size(r["total_bytes"]),
+                       _size(r["training_adam_peak_bytes"])) for r in rows]))
+    click.echo(f"largest layer: {', '.join(size.largest_layers)}" if size.largest_layers else
+               "largest layer: give a model folder or module:callable to see it")
 
 
 @click.command("estimate-memory")
@@ -30,11 +74,18 @@ def _gib(n: int) -> str:
 @click.option("--layers", type=int)
 @click.option("--heads", type=int, default=0)
 @click.option("--activation-checkpointing", is_flag=True)
+@click.option("--dtypes", multiple=True, is_flag=False, flag_value="all", metavar="[LIST]",
+              help="Print Accelerate's table instead: per dtype (float32, float16, int8, int4; comma-separated or "
+                   "repeated; bare: all) the largest layer, the total size and Adam's training peak.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
-def estimate_memory(model, strategies, precision, world_size, nodes, profile, gpu_memory, headroom, batch_size, seq_len,
-                    hidden_size, layers, heads, activation_checkpointing, as_json):
-    """Estimate training memory per GPU for MODEL: a parameter count (7B, 125M, 1.3e9) or module:callable,
-    built on the meta device.
+@click.pass_context
+def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profile, gpu_memory, headroom, batch_size,
+                    seq_len, hidden_size, layers, heads, activation_checkpointing, dtypes, as_json):
+    """Estimate training memory per GPU for MODEL: a parameter count (7B, 125M, 1.3e9), a local HuggingFace
+    model folder (its config.json; needs transformers) or module:callable; models are built on the meta device.
+
+    By default, a table of each strategy's bytes per GPU. --dtypes prints `accelerate estimate-memory`'s table
+    instead (its own options only: MODEL, --dtypes, --json).
 
     \b
     Examples:
@@ -42,7 +93,15 @@ def estimate_memory(model, strategies, precision, world_size, nodes, profile, gp
       hpc estimate-memory 1.3B --world-size 8 --gpu-memory 40G --batch-size 4 --seq-len 2048 \\
           --hidden-size 2048 --layers 24 --heads 16 --activation-checkpointing
       hpc estimate-memory mypkg.model:build --world-size 4 --json
+      hpc estimate-memory ./Llama-3.1-8B --dtypes float16,int4
     """
+    if dtypes:
+        flag = _strategy_flag_given(ctx)
+        if flag:
+            raise HpcError(f"{flag} is for the strategies table, which --dtypes replaces",
+                           fix=f"drop {flag} or --dtypes")
+        _print_dtypes(model, _dtype_list(dtypes), as_json)
+        return
     from hpc import estimate as est
     from hpc.slurm import formats
 
@@ -54,7 +113,7 @@ def estimate_memory(model, strategies, precision, world_size, nodes, profile, gp
         gpus, capacity_text = prof.gpus_per_node or None, capacity_text or prof.gpu_memory
     if world_size is None:
         world_size = nodes * (gpus or 1)
-    count = est.count_parameters(model) if ":" in model else est.parse_count(model)
+    count = est.measure(model).parameters
     shape_args = (batch_size, seq_len, hidden_size, layers)
     shape = None
     if any(shape_args):

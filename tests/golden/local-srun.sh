@@ -2,6 +2,9 @@
 # Rendered by hpc from profile 'local': 2 process(es) on this machine, no scheduler.
 # `hpc render --explain` shows where every value came from.
 set -eo pipefail
+# OMP_NUM_THREADS as `accelerate launch` sets it: the node's CPUs shared among its 2 process(es)
+cpus="${SLURM_CPUS_ON_NODE:-$(nproc)}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( cpus > 2 ? cpus / 2 : 1 ))}"
 export NCCL_SOCKET_IFNAME=lo GLOO_SOCKET_IFNAME=lo
 export HPC_JOB_DIR=/scratch/jobs/local-srun
 export HPC_RUNTIME_CONFIG="$HPC_JOB_DIR/runtime.json"
