@@ -1,6 +1,7 @@
 """An `accelerate launch` / `accelerate config` user's flags, files and variables, as hpc takes them."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -491,3 +492,28 @@ def test_accelerates_slurm_multinode_script_with_hpc_in_place_of_accelerate(slur
     assert "--machine_rank 5, but SLURM says 0 (SLURM_NODEID)" in log, log
     assert "hpc: note" not in log  # checked against SLURM, so nothing to explain
     assert job.returncode == 0, job.stderr
+
+
+def test_get_logger_speaks_on_the_main_process_at_accelerates_log_level(monkeypatch, caplog):
+    from hpc.logging import get_logger
+
+    monkeypatch.setenv("ACCELERATE_LOG_LEVEL", "debug")
+    for key, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}.items():
+        monkeypatch.setenv(key, value)
+    logger = get_logger("hpc.test.logging")
+    with caplog.at_level("DEBUG", logger="hpc.test.logging"):
+        logger.debug("only rank 0 says this")
+        logger.info("every rank says this", main_process_only=False)
+        logger.warning_once("once")
+        logger.warning_once("once")
+    assert logger.logger.level == logging.DEBUG  # from ACCELERATE_LOG_LEVEL
+    assert [r.getMessage() for r in caplog.records] == ["[RANK 1] every rank says this"]
+    assert caplog.records[0].filename == "test_accelerate_compat.py"  # the caller's line, not the adapter's
+    monkeypatch.setenv("RANK", "0")
+    caplog.clear()
+    with caplog.at_level("DEBUG", logger="hpc.test.logging"):
+        logger.debug("rank 0 speaks")
+        logger.warning_once("twice?")
+        logger.warning_once("twice?")
+    assert [r.getMessage() for r in caplog.records] == ["[RANK 0] rank 0 speaks", "[RANK 0] twice?"]

@@ -66,7 +66,7 @@ def options(*, skip: set[str] = frozenset(), hidden: bool = False) -> Callable:
             if setting in skip:
                 continue
             spellings = [f"--{setting}"] + ([f"--{setting.replace('_', '-')}"] if "_" in setting else [])
-            extra: dict[str, Any] = {"hidden": hidden, "default": None}
+            extra: dict[str, Any] = {"hidden": hidden and setting != "config_file", "default": None}
             if kind == FLAG:
                 extra.update(is_flag=True, default=False)
             elif kind == MANY:
@@ -74,7 +74,8 @@ def options(*, skip: set[str] = frozenset(), hidden: bool = False) -> Callable:
             else:
                 extra["type"] = kind
             if setting == "config_file":
-                extra["help"] = "An Accelerate config file (as `accelerate config` writes it)."
+                extra["help"] = ("An Accelerate config file (as `accelerate config` writes it); `accelerate launch`'s "
+                                 "other flags are accepted too (README: Coming from Accelerate).")
             fn = click.option(*spellings, param(setting), **extra)(fn)
         return fn
 

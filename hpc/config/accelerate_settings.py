@@ -127,6 +127,24 @@ _DISTRIBUTED = {
 }
 
 
+def switch(strategy: str, *, keep_chosen: bool = False) -> Callable:
+    """A flag that picks the strategy when true (`--use_fsdp`); --multi_gpu leaves a chosen one alone."""
+
+    def apply(ctx: _Context, name: str, value: Any) -> None:
+        if not _bool(ctx, name, value):
+            return
+        if keep_chosen:
+            ctx.out.values.setdefault("strategy", strategy)
+        else:
+            ctx.out.values["strategy"] = strategy
+
+    return apply
+
+
+def ignore(ctx: _Context, name: str, value: Any) -> None:
+    """The command line's own business (-m, --no_python, --quiet): read where the command is built."""
+
+
 def _distributed_type(ctx: _Context, name: str, value: Any) -> None:
     kind = str(getattr(value, "value", value)).strip().upper()
     if kind not in _DISTRIBUTED:
@@ -265,7 +283,7 @@ SETTINGS: dict[str, Callable] = {
     "mixed_precision": _mixed_precision,
     "use_cpu": key("use_cpu", _bool),
     "cpu": key("use_cpu", _bool),
-    "multi_gpu": lambda ctx, name, v: _bool(ctx, name, v) and ctx.out.values.setdefault("strategy", "ddp"),
+    "multi_gpu": switch("ddp", keep_chosen=True),
     "debug": key("debug", _bool),
     "num_processes": _num_processes,
     "num_machines": _num_machines,
@@ -278,15 +296,15 @@ SETTINGS: dict[str, Callable] = {
                                                     "or c10d (torchrun)"),
     "rdzv_conf": quiet_if("", None, note="hpc's torchrun rendezvous takes no extra settings; it is not used"),
     # whether the nodes share a fast network: hpc's ranks always meet over the profile's network_interface
-    "same_network": lambda ctx, name, v: _bool(ctx, name, v) and None,
+    "same_network": lambda ctx, name, v: _bool(ctx, name, v),  # checked, nothing to do (see the comment above)
     "main_training_function": quiet_if("main", None, note="only notebook_launcher calls a function by name"),
     "enable_cpu_affinity": quiet_if(False, note="hpc binds CPUs with the profile's cpu_bind (srun --cpu-bind)"),
     "num_cpu_threads_per_process": key("cpu_threads_per_process", _int),
     "max_restarts": key("max_restarts", _int),
     "monitor_interval": key("monitor_interval", _float),
-    "module": lambda ctx, name, v: None,  # the command line's own business (TARGET is a module)
-    "no_python": lambda ctx, name, v: None,
-    "quiet": lambda ctx, name, v: None,
+    "module": ignore,
+    "no_python": ignore,
+    "quiet": ignore,
     "tee": quiet_if("0", 0, note="each rank already writes logs/rank<N>-<job>.out; hpc logs -f follows them"),
     "log_dir": quiet_if(None, note="hpc writes each rank's log under the job folder's logs/"),
     "role": quiet_if("default", None, note="torchrun's worker role name is not used by hpc"),
@@ -301,7 +319,7 @@ SETTINGS: dict[str, Callable] = {
     "dynamo_use_dynamic": key("dynamo_use_dynamic", _bool),
     "dynamo_use_regional_compilation": key("dynamo_use_regional_compilation", _bool),
     # FSDP (hpc runs FSDP2: fully_shard)
-    "use_fsdp": lambda ctx, name, v: _bool(ctx, name, v) and ctx.out.values.update(strategy="fsdp"),
+    "use_fsdp": switch("fsdp"),
     "fsdp_version": quiet_if(2, "2", note="hpc runs FSDP2 (fully_shard); FSDP1's settings are translated to it"),
     "fsdp_sharding_strategy": _sharding,
     "fsdp_auto_wrap_policy": _auto_wrap,
@@ -321,7 +339,7 @@ SETTINGS: dict[str, Callable] = {
     "fsdp_ignored_modules": refuse(None, "", problem="ignored modules are not supported by hpc's FSDP",
                                    fix="remove it"),
     # DeepSpeed
-    "use_deepspeed": lambda ctx, name, v: _bool(ctx, name, v) and ctx.out.values.update(strategy="deepspeed"),
+    "use_deepspeed": switch("deepspeed"),
     "deepspeed_config_file": _deepspeed_config_file,
     "zero_stage": key("zero_stage", _int),
     "offload_optimizer_device": _offload_device("offload_optimizer"),
@@ -348,7 +366,7 @@ SETTINGS: dict[str, Callable] = {
     "use_parallelism_config": _PARALLELISM,
     "tpu": _TPU,
     "tpu_cluster": _TPU,
-    "no_tpu_cluster": lambda ctx, name, v: None,
+    "no_tpu_cluster": ignore,
     "tpu_use_cluster": _TPU,
     "tpu_use_sudo": _TPU,
     "tpu_name": _TPU,
