@@ -28,6 +28,7 @@ from hpc.errors import HpcError
 from hpc.runtime import ops, preemption
 from hpc.runtime.checkpoint.checkpointer import Checkpointer
 from hpc.runtime.compile import Compile
+from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
 from hpc.runtime.checkpoint.store import MIN_KEEP, CheckpointStore
 from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
 from hpc.runtime.handlers import GradScalerKwargs
@@ -79,17 +80,61 @@ def _choose_strategy(config: dict, fsdp_plugin, deepspeed_plugin) -> tuple[str |
 DEFAULT_HANG_TIMEOUT_S = 300.0
 
 
+def _refuse_unsupported(**given: Any) -> None:
+    for name, value in given.items():
+        if value is not None:
+            raise HpcError(f"Accelerator({name}=...) is not supported by hpc (tensor/context parallelism, "
+                           "Megatron-LM and several DeepSpeed engines are not built in)",
+                           fix=f"drop {name}; FSDP (HYBRID_SHARD) and DeepSpeed ZeRO are hpc's strategies")
+
+
 class Accelerator:
-    def __init__(self, mixed_precision: str | None = None, gradient_accumulation_steps: int | None = None,
-                 cpu: bool = False, project_dir: str | os.PathLike | None = None, log_with: str | list | None = None,
-                 kwargs_handlers: list | None = None, seed: int = 0,
-                 fsdp_plugin: FullyShardedDataParallelPlugin | None = None,
+    def __init__(self, device_placement: bool = True, split_batches: bool | None = None,
+                 mixed_precision: str | None = None, gradient_accumulation_steps: int | None = None,
+                 cpu: bool = False, dataloader_config: DataLoaderConfiguration | None = None,
                  deepspeed_plugin: DeepSpeedPlugin | dict | None = None,
+                 fsdp_plugin: FullyShardedDataParallelPlugin | None = None,
+                 torch_tp_plugin: Any = None, megatron_lm_plugin: Any = None, rng_types: list | None = None,
+                 log_with: str | list | None = None, project_dir: str | os.PathLike | None = None,
+                 project_config: ProjectConfiguration | None = None,
+                 gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+                 step_scheduler_with_optimizer: bool = True, kwargs_handlers: list | None = None,
+                 dynamo_backend: str | None = None, dynamo_plugin: Any = None, deepspeed_plugins: Any = None,
+                 parallelism_config: Any = None, *, seed: int = 0,
                  auto_resume: bool | None = None, checkpoint_keep: int | None = None,
                  checkpoint_async: bool | None = None, checkpoint_fsync: bool | None = None):
+        """Accelerate 1.15's keywords, in its order (hpc's own after `*`). What hpc cannot honour is refused by
+        name rather than ignored."""
+        _refuse_unsupported(torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin,
+                            deepspeed_plugins=deepspeed_plugins, parallelism_config=parallelism_config)
+        if isinstance(deepspeed_plugin, dict) and deepspeed_plugin and all(
+                isinstance(v, DeepSpeedPlugin) for v in deepspeed_plugin.values()):
+            raise HpcError("several named DeepSpeed plugins are not supported by hpc",
+                           fix="pass one DeepSpeedPlugin (or a dict of its settings)")
+        self.device_placement = device_placement
+        self.dataloader_config = dataloader_config or DataLoaderConfiguration()
+        if split_batches is not None:  # Accelerate's older spelling of dataloader_config.split_batches
+            self.dataloader_config.split_batches = bool(split_batches)
+        self.gradient_accumulation_plugin = gradient_accumulation_plugin
+        if gradient_accumulation_plugin is not None:
+            if gradient_accumulation_steps not in (None, 1):
+                raise HpcError("gradient_accumulation_steps and gradient_accumulation_plugin were both given",
+                               fix="give the steps in GradientAccumulationPlugin(num_steps=...)")
+            gradient_accumulation_steps = gradient_accumulation_plugin.num_steps
+        self.project_configuration = project_config or ProjectConfiguration()
+        if project_dir is not None:
+            self.project_configuration.set_directories(str(project_dir))
+        project_dir = self.project_configuration.project_dir
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.rng_types = list(rng_types) if rng_types is not None else None
         config = runtime_config.current()  # empty outside an hpc job
         from_env = accelerate_settings.from_environ(os.environ)
         settings = {**from_env.values, **{k: v for k, v in config.items() if v is not None}}
+        if dynamo_backend is not None or dynamo_plugin is not None:  # code beats the job's settings
+            settings["dynamo_backend"] = getattr(dynamo_plugin, "backend", None) or dynamo_backend
+            for mine in ("mode", "fullgraph", "dynamic"):
+                if getattr(dynamo_plugin, mine, None) is not None:
+                    settings[f"dynamo_{'use_' if mine != 'mode' else ''}{mine}"] = getattr(dynamo_plugin, mine)
         self._config = config
         kind, plugin = _choose_strategy(settings, fsdp_plugin, deepspeed_plugin)
         mode = normalize(mixed_precision or settings.get("mixed_precision"))

@@ -1,0 +1,50 @@
+"""The configuration objects Accelerate users pass to `Accelerator(...)`, with Accelerate's field names.
+
+Each is read by the part of hpc it configures: the data loaders (DataLoaderConfiguration), gradient accumulation
+and the schedulers (GradientAccumulationPlugin), checkpoints and trackers (ProjectConfiguration). Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpc.errors import HpcError
+
+
+@dataclass
+class DataLoaderConfiguration:
+    split_batches: bool = False  # the loader's batch is the global one, split over the ranks
+    dispatch_batches: bool | None = None  # rank 0 reads and sends each rank its part (None: for iterable datasets)
+    even_batches: bool = True  # the last batches repeat samples so every rank gets as many batches
+    use_seedable_sampler: bool = False
+    data_seed: int | None = None
+    non_blocking: bool = False
+    use_stateful_dataloader: bool = False
+
+
+@dataclass
+class GradientAccumulationPlugin:
+    num_steps: int | None = None
+    adjust_scheduler: bool = True  # a scheduler steps once per window, as if there were no accumulation
+    sync_with_dataloader: bool = True  # the end of the data closes a window early
+    sync_each_batch: bool = False  # all-reduce every micro-batch (less memory, more traffic)
+
+    def __post_init__(self):
+        if self.num_steps is not None and (not isinstance(self.num_steps, int) or self.num_steps < 1):
+            raise HpcError(f"GradientAccumulationPlugin(num_steps={self.num_steps!r}) must be a whole number >= 1",
+                           fix="use 1 or more")
+
+
+@dataclass
+class ProjectConfiguration:
+    project_dir: str | None = None
+    logging_dir: str | None = None  # trackers write here (default: project_dir/logs)
+    automatic_checkpoint_naming: bool = False  # save_state() with no folder writes checkpoints/checkpoint_<i>
+    total_limit: int | None = None  # checkpoints kept
+    iteration: int = 0
+    save_on_each_node: bool = False
+
+    def set_directories(self, project_dir: str | None = None) -> None:
+        self.project_dir = project_dir
+        if self.logging_dir is None:
+            self.logging_dir = project_dir
