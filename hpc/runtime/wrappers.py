@@ -59,17 +59,33 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
 
 class AcceleratedScheduler:
-    """Steps once per real optimizer step: not on accumulation micro-steps, not after a skipped fp16 step."""
+    """Steps as Accelerate's scheduler wrapper does, so a schedule written for Accelerate gives the same rates.
+
+    With ``step_scheduler_with_optimizer`` (the default) it steps only after a real optimizer step (not on
+    accumulation micro-steps, not after a skipped fp16 step), and then ``num_processes`` times: each rank's loader
+    holds 1/world of the batches, so a schedule counted in one process's batches still ends on time. With
+    ``split_batches`` the loader's batches are global ones and it steps once. Without the optimizer link every call
+    steps.
+    """
 
     def __init__(self, scheduler, optimizers: list[AcceleratedOptimizer], accelerator):
         self.scheduler, self.optimizers, self.accelerator = scheduler, optimizers, accelerator
 
     def step(self, *args, **kwargs):
-        if not self.accelerator.sync_gradients:
+        acc = self.accelerator
+        if not acc.step_scheduler_with_optimizer:
+            self.scheduler.step(*args, **kwargs)
+            return
+        if not acc.sync_gradients:
             return
         if any(opt.step_was_skipped for opt in self.optimizers):
             return
-        self.scheduler.step(*args, **kwargs)
+        repeats = 1 if acc.dataloader_config.split_batches else acc.num_processes
+        total = getattr(self.scheduler, "total_steps", None)  # OneCycleLR raises past its last step
+        for _ in range(repeats):
+            if total is not None and self.scheduler.last_epoch + 1 > total:
+                break
+            self.scheduler.step(*args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self.scheduler, name)
