@@ -221,9 +221,14 @@ class Accelerator:
 
     @property
     def completed_steps(self) -> int:
-        """Optimizer steps taken (accumulation windows closed). With auto_resume, reading it resumes first,
-        so `while accelerator.completed_steps < total:` starts where the last run stopped."""
-        self._resume_if_asked()
+        """Optimizer steps taken (accumulation windows closed). With auto_resume, before the resume has happened
+        it is the step of the newest committed checkpoint, so `while accelerator.completed_steps < total:` starts
+        where the last run stopped. Reading it runs no collective (a property may be read on one rank only); the
+        resume itself happens at the next call every rank makes: iterating a prepared loader, accumulate(),
+        backward(), gather(), reduce(), wait_for_everyone(), should_stop, save_state()."""
+        if self._auto_resume_pending:
+            newest = CheckpointStore(self.checkpoint_dir, self._checkpoint_keep).committed()
+            return newest[0].step if newest else self._completed_steps
         return self._completed_steps
 
     @property
@@ -328,6 +333,7 @@ class Accelerator:
         return SkipFirstBatches(dataloader, num_batches)
 
     def gather(self, data):
+        self._resume_if_asked()
         self._beat("gather")  # the label a hang report shows if the other ranks never come
         if self.debug:
             ops.verify_shapes(data, self.num_processes, "gather")
@@ -341,6 +347,7 @@ class Accelerator:
         return gathered
 
     def reduce(self, data, reduction: str = "mean"):
+        self._resume_if_asked()
         self._beat("reduce")
         if self.debug:
             ops.verify_shapes(data, self.num_processes, "reduce")
@@ -350,6 +357,7 @@ class Accelerator:
         return ops.pad_across_processes(data, self.num_processes, dim, pad_index, pad_first)
 
     def wait_for_everyone(self) -> None:
+        self._resume_if_asked()  # every rank is here: the place to resume before a final save, say
         if self.state.distributed:
             self._beat("wait_for_everyone")
             dist.barrier()
@@ -419,6 +427,7 @@ class Accelerator:
         """Everything training needs to go on: models, optimizers, schedulers, scaler, RNG per rank,
         registered objects, counters and dataloader positions. Default place: checkpoints/step-<N>.
         Every rank must call it. With async_save, training waits only while the state is copied."""
+        self._resume_if_asked()
         folder = Path(output_dir) if output_dir is not None else self.checkpointer.store.step_dir(self._completed_steps)
         use_async = self.checkpoint_async if async_save is None else async_save
         with self._watchdog.paused("save"), contextlib.nullcontext() if use_async else self._pace.saving():
@@ -501,6 +510,7 @@ class Accelerator:
     @property
     def should_stop(self) -> bool:
         """True on every rank once any rank was told to stop (one small all-reduce). Call at step boundaries."""
+        self._resume_if_asked()
         self._watch.install(term=True)  # from here on TERM is handled too: the loop checks for it
         code = self._watch.local_code()
         if self.state.distributed:
