@@ -225,7 +225,8 @@ class Accelerator:
         it is the step of the newest committed checkpoint, so `while accelerator.completed_steps < total:` starts
         where the last run stopped. Reading it runs no collective (a property may be read on one rank only); the
         resume itself happens at the next call every rank makes: iterating a prepared loader, accumulate(),
-        backward(), gather(), reduce(), wait_for_everyone(), should_stop, save_state()."""
+        backward(), gather(), reduce(), wait_for_everyone(), should_stop, save_state(), get_state_dict(),
+        save_model()."""
         if self._auto_resume_pending:
             newest = CheckpointStore(self.checkpoint_dir, self._checkpoint_keep).committed()
             return newest[0].step if newest else self._completed_steps
@@ -563,6 +564,7 @@ class Accelerator:
 
     def get_state_dict(self, model: torch.nn.Module) -> dict:
         """The whole model's weights on the main process ({} on the others); every rank must call it."""
+        self._resume_if_asked()  # a run with nothing left to train still hands out the resumed weights
         return self.strategy.full_state_dict(model)
 
     def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike) -> None:
