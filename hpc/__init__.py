@@ -26,3 +26,12 @@ def __getattr__(name):
 
 def __dir__():
     return sorted([*globals(), *_LAZY])
+
+# Accelerate's other top-level names (`from accelerate import X`); set_seed now takes its keywords too
+_LAZY.update({"PartialState": ("hpc.state", "PartialState"),
+              "DistributedType": ("hpc.utils.dataclasses", "DistributedType"),
+              "DataLoaderConfiguration": ("hpc.utils.dataclasses", "DataLoaderConfiguration"),
+              "find_executable_batch_size": ("hpc.utils.memory", "find_executable_batch_size"),
+              "synchronize_rng_states": ("hpc.utils.random", "synchronize_rng_states"),
+              "skip_first_batches": ("hpc.data_loader", "skip_first_batches"),
+              "set_seed": ("hpc.utils.random", "set_seed")})

@@ -386,7 +386,7 @@ def test_hpc_launch_runs_accelerates_fsdp_template_unchanged(tmp_path):
                timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads((tmp_path / "out.json").read_text())
-    assert out == {"world": 2, "precision": "bf16", "kind": "fsdp", "sharding": "FULL_SHARD",
+    assert out == {"world": 2, "precision": "bf16", "kind": "FSDP", "sharding": "FULL_SHARD",
                    "wrap": "TRANSFORMER_AUTO_WRAP", "sync": True, "ranks_equal": True, "equal_to_rank0_init": True}
 
 

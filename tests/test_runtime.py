@@ -107,7 +107,7 @@ def test_the_four_line_example_runs_unchanged_under_hpc_launch(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "hpc", "launch", "--nproc", "2", str(FOUR)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(proc.stdout.splitlines()) == ["rank 0 of 2 ddp", "rank 1 of 2 ddp"]
+    assert sorted(proc.stdout.splitlines()) == ["rank 0 of 2 MULTI_CPU", "rank 1 of 2 MULTI_CPU"]
 
 
 def test_the_four_line_example_under_hpc_submit_local(tmp_path):
@@ -116,7 +116,7 @@ def test_the_four_line_example_under_hpc_submit_local(tmp_path):
     proc = hpc(tmp_path, "submit", "-p", "local", "--nproc", "2", "--no-snapshot", "--wait", str(FOUR), timeout=300)
     assert proc.returncode == 0, proc.stderr
     logs = hpc(tmp_path, "logs", "--all", check=True).stdout
-    assert "[rank0] rank 0 of 2 ddp" in logs and "[rank1] rank 1 of 2 ddp" in logs
+    assert "[rank0] rank 0 of 2 MULTI_CPU" in logs and "[rank1] rank 1 of 2 MULTI_CPU" in logs
 
 
 @pytest.mark.slurm
@@ -126,7 +126,7 @@ def test_the_four_line_example_on_two_slurm_nodes(slurm, tmp_path):
     proc = hpc(tmp_path, "submit", "-p", "slurm-local", "-N", "2", "--no-snapshot", "--wait", str(FOUR), timeout=300)
     assert proc.returncode == 0, proc.stderr
     logs = hpc(tmp_path, "logs", "--all", check=True).stdout
-    assert all(f"rank {r} of 4 ddp" in logs for r in range(4)), logs
+    assert all(f"rank {r} of 4 MULTI_CPU" in logs for r in range(4)), logs
 
 
 def test_runtime_config_settings_reach_the_accelerator(tmp_path):
@@ -138,7 +138,7 @@ def test_runtime_config_settings_reach_the_accelerator(tmp_path):
                "--gradient-accumulation-steps", "4", "--no-snapshot", "--wait", str(WORKER), "--", "settings",
                str(out), env={"PYTHONPATH": str(HERE.parent)}, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(out.read_text()) == {"mixed_precision": "bf16", "k": 4, "world": 2, "type": "ddp"}
+    assert json.loads(out.read_text()) == {"mixed_precision": "bf16", "k": 4, "world": 2, "type": "MULTI_CPU"}
 
 
 def test_shuffle_is_seeded_by_epoch_and_skip_first_batches_resumes_mid_epoch(tmp_path):

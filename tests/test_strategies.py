@@ -83,7 +83,7 @@ def weight_diff(a, b):
                                             ("sync_each_k2", "ddp_k2")])
 def test_fsdp2_matches_ddp_over_20_adamw_steps(torch_runs, name, reference):
     run, ref = torch_runs[name], torch_runs[reference]
-    assert run["distributed_type"] == "fsdp"
+    assert run["distributed_type"] == "FSDP"
     assert loss_diff(run, ref) < 1e-6
     assert weight_diff(run, ref) < 1e-6  # the gathered full state dict is DDP's model
 
@@ -95,7 +95,7 @@ def test_fsdp2_matches_ddp_over_20_adamw_steps(torch_runs, name, reference):
 @pytest.mark.parametrize("suffix,reference", [("", "ddp"), ("_k2", "ddp_k2")])
 def test_zero_matches_ddp_over_20_adamw_steps(torch_runs, zero_runs, stage, suffix, reference):
     run, ref = zero_runs[f"zero{stage}{suffix}"], torch_runs[reference]
-    assert run["distributed_type"] == "deepspeed"
+    assert run["distributed_type"] == "DEEPSPEED"
     assert loss_diff(run, ref) < 1e-5
     assert weight_diff(run, ref) < 1e-5
 

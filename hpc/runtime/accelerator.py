@@ -25,7 +25,7 @@ import torch.distributed as dist
 from hpc import layout, runtime_config
 from hpc.config import accelerate_settings
 from hpc.errors import HpcError
-from hpc.runtime import ops, preemption
+from hpc.runtime import model_files, ops, preemption
 from hpc.runtime.checkpoint.checkpointer import Checkpointer
 from hpc.runtime.compile import Compile
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
@@ -86,6 +86,16 @@ def _refuse_unsupported(**given: Any) -> None:
             raise HpcError(f"Accelerator({name}=...) is not supported by hpc (tensor/context parallelism, "
                            "Megatron-LM and several DeepSpeed engines are not built in)",
                            fix=f"drop {name}; FSDP (HYBRID_SHARD) and DeepSpeed ZeRO are hpc's strategies")
+
+
+def _all_tensors(data) -> bool:
+    if isinstance(data, torch.Tensor):
+        return True
+    if isinstance(data, dict):
+        return bool(data) and all(_all_tensors(v) for v in data.values())
+    if isinstance(data, (list, tuple)):
+        return bool(data) and all(_all_tensors(v) for v in data)
+    return False
 
 
 class Accelerator:
@@ -165,6 +175,7 @@ class Accelerator:
         self._schedulers: list[AcceleratedScheduler] = []
         self._loaders: list[PreparedDataLoader] = []
         self._custom_objects: list = []
+        self._trigger = False  # set_trigger / check_trigger
         self._trackers: list = []
         self._resumed_step: int | None = None  # the step training resumed at, once it has
         setting = lambda arg, key, default: arg if arg is not None else (  # noqa: E731
@@ -185,6 +196,9 @@ class Accelerator:
                           os.environ.get("HPC_JOB_DIR"), self.is_main_process)
         if config:  # inside an hpc job the warning signal starts ignored; from now on it is noted
             self._watch.install(term=False)
+        from hpc import state as shared_state  # here: hpc.state imports hpc.runtime
+
+        shared_state.attach_accelerator(self)
 
     # --- where am I ---------------------------------------------------------------------------------
     @property
@@ -216,8 +230,15 @@ class Accelerator:
         return self.precision.mode
 
     @property
-    def distributed_type(self) -> str:
-        return self.strategy.name
+    def distributed_type(self):
+        """Accelerate's DistributedType (a str enum: NO, MULTI_CPU, MULTI_GPU, FSDP, DEEPSPEED)."""
+        from hpc.state import distributed_type_of
+
+        return distributed_type_of(self.strategy.name, self.device, self.num_processes)
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.process_index == self.num_processes - 1
 
     @property
     def completed_steps(self) -> int:
@@ -340,12 +361,36 @@ class Accelerator:
             ops.verify_shapes(data, self.num_processes, "gather")
         return ops.gather(data, self.num_processes)
 
-    def gather_for_metrics(self, data):
-        """gather(), minus the samples the last batch repeated to keep ranks even."""
-        gathered = self.gather(data)
+    def gather_for_metrics(self, data, use_gather_object: bool = False):
+        """gather(), minus the samples the last batch repeated to keep ranks even. Objects that are not tensors
+        (strings, lists of dicts), or use_gather_object=True, are gathered by pickling into one flat list."""
+        if use_gather_object or not _all_tensors(data):
+            self._resume_if_asked()
+            self._beat("gather_object")
+            items = data if isinstance(data, (list, tuple)) else [data]
+            gathered = [item for part in ops.gather_object(items, self.num_processes) for item in part]
+        else:
+            gathered = self.gather(data)
         if self.gradient_state.remainder >= 0:
-            gathered = ops.truncate(gathered, self.gradient_state.remainder)
+            gathered = (gathered[: self.gradient_state.remainder] if isinstance(gathered, list)
+                        else ops.truncate(gathered, self.gradient_state.remainder))
         return gathered
+
+    def set_trigger(self) -> None:
+        """Raise a flag on this rank (a loss gone NaN, say) that check_trigger() then sees on every rank."""
+        self._trigger = True
+
+    def check_trigger(self) -> bool:
+        """True on every rank if any rank called set_trigger() since the last check; resets it. Every rank
+        must call it (one small all-reduce)."""
+        flag = torch.tensor([1.0 if self._trigger else 0.0], device=self.device)
+        if self.state.distributed:
+            self._beat("check_trigger")
+            dist.all_reduce(flag)
+        raised = bool(flag.item() > 0)
+        if raised:
+            self._trigger = False
+        return raised
 
     def reduce(self, data, reduction: str = "mean"):
         self._resume_if_asked()
@@ -373,30 +418,35 @@ class Accelerator:
             if self.is_main_process:
                 self.wait_for_everyone()
 
-    def on_main_process(self, fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            return fn(*args, **kwargs) if self.is_main_process else None
+    # which rank runs what: PartialState's, which shares this process's state with the Accelerator
+    def _partial(self):
+        from hpc.state import PartialState
 
-        return wrapper
+        return PartialState()
 
     @contextlib.contextmanager
+    def local_main_process_first(self):
+        with self._watchdog.paused("local_main_process_first"), self._partial().local_main_process_first():
+            yield
+
+    def on_main_process(self, function=None):
+        return self._partial().on_main_process(function)
+
+    def on_local_main_process(self, function=None):
+        return self._partial().on_local_main_process(function)
+
+    def on_last_process(self, function):
+        return self._partial().on_last_process(function)
+
+    def on_process(self, function=None, process_index: int | None = None):
+        return self._partial().on_process(function, process_index=process_index)
+
+    def on_local_process(self, function=None, local_process_index: int | None = None):
+        return self._partial().on_local_process(function, local_process_index=local_process_index)
+
     def split_between_processes(self, inputs, apply_padding: bool = False):
-        """This rank's contiguous share of a list (or tensor, or dict of them); padded with the last item if asked."""
-        n, world, rank = len(inputs[next(iter(inputs))] if isinstance(inputs, dict) else inputs), \
-            self.num_processes, self.process_index
-        per, extra = divmod(n, world)
-        start = rank * per + min(rank, extra)
-        end = start + per + (1 if rank < extra else 0)
-
-        def share(x):
-            part = x[start:end]
-            if apply_padding and extra and rank >= extra and len(x):
-                tail = x[-1:]
-                part = torch.cat([part, tail]) if isinstance(x, torch.Tensor) else list(part) + list(tail)
-            return part
-
-        yield {k: share(v) for k, v in inputs.items()} if isinstance(inputs, dict) else share(inputs)
+        """This rank's contiguous share of a list, tuple, tensor or dict of them (padded with the last item)."""
+        return self._partial().split_between_processes(inputs, apply_padding=apply_padding)
 
     def progress(self, iterable=None, **kwargs):
         """A tqdm progress bar on the local main process; the other ranks iterate silently."""
@@ -567,18 +617,30 @@ class Accelerator:
         self._resume_if_asked()  # a run with nothing left to train still hands out the resumed weights
         return self.strategy.full_state_dict(model)
 
-    def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike) -> None:
-        """The whole model's weights (gathered from shards where sharded), written by the main process
-        through a temporary name."""
+    def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",
+                   safe_serialization: bool = True) -> None:
+        """The whole model's weights (gathered from shards where sharded) as HuggingFace tools read them:
+        model.safetensors, or shards and an index past max_shard_size (pytorch_model*.bin without
+        safe_serialization). Every rank must call it; the main process writes."""
         self.wait_for_everyone()
         state = self.get_state_dict(model)
         if self.is_main_process:
-            folder = Path(save_directory)
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / f".model.pt.tmp{os.getpid()}"
-            torch.save(state, tmp)
-            os.replace(tmp, folder / "model.pt")
+            model_files.write(state, save_directory, max_shard_size, safe_serialization)
         self.wait_for_everyone()
+
+    def save(self, obj: Any, f: str | os.PathLike, safe_serialization: bool = False) -> None:
+        """Write ``obj`` once (from the main process): torch.save, or safetensors for a dict of tensors. The
+        ``save_function`` transformers' save_pretrained takes."""
+        if not self.is_main_process:
+            return
+        tmp = Path(f).with_name(f".{Path(f).name}.tmp{os.getpid()}")
+        if safe_serialization:
+            from safetensors.torch import save_file
+
+            save_file({k: v.detach().cpu().contiguous() for k, v in obj.items()}, str(tmp), metadata={"format": "pt"})
+        else:
+            torch.save(obj, tmp)
+        os.replace(tmp, f)
 
     def free_memory(self, *objects):
         self._models.clear()

@@ -1,0 +1,33 @@
+"""`accelerate.utils` as hpc spells it: `from accelerate.utils import X` becomes `from hpc.utils import X`.
+
+Names load on first use (the submodules import torch and the runtime), as in hpc/__init__.py.
+"""
+
+_MODULES = {
+    "hpc.utils.operations": ["broadcast", "broadcast_object_list", "concatenate", "find_batch_size", "gather",
+                             "gather_object", "honor_type", "is_namedtuple", "is_torch_tensor", "listify",
+                             "pad_across_processes", "recursively_apply", "reduce", "send_to_device", "slice_tensors"],
+    "hpc.utils.random": ["set_seed", "synchronize_rng_state", "synchronize_rng_states"],
+    "hpc.utils.memory": ["clear_device_cache", "find_executable_batch_size", "release_memory",
+                         "should_reduce_batch_size"],
+    "hpc.utils.dataclasses": ["DataLoaderConfiguration", "DeepSpeedPlugin", "DistributedDataParallelKwargs",
+                              "DistributedType", "FullyShardedDataParallelPlugin", "GradScalerKwargs",
+                              "GradientAccumulationPlugin", "ProjectConfiguration", "RNGType"],
+    "hpc.utils.imports": ["is_cuda_available", "is_datasets_available", "is_deepspeed_available", "is_rich_available",
+                          "is_tensorboard_available", "is_transformers_available", "is_wandb_available"],
+    "hpc.state": ["wait_for_everyone"],
+}
+_LAZY = {name: module for module, names in _MODULES.items() for name in names}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'hpc.utils' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_LAZY])
