@@ -34,4 +34,7 @@ _LAZY.update({"PartialState": ("hpc.state", "PartialState"),
               "find_executable_batch_size": ("hpc.utils.memory", "find_executable_batch_size"),
               "synchronize_rng_states": ("hpc.utils.random", "synchronize_rng_states"),
               "skip_first_batches": ("hpc.data_loader", "skip_first_batches"),
-              "set_seed": ("hpc.utils.random", "set_seed")})
+              "set_seed": ("hpc.utils.random", "set_seed"),
+              **{name: ("hpc.utils.dataclasses", name) for name in (
+                  "AutocastKwargs", "InitProcessGroupKwargs", "ProfileKwargs", "DDPCommunicationHookType",
+                  "GradientAccumulationPlugin", "ProjectConfiguration")}})

@@ -16,8 +16,41 @@ WORKER = textwrap.dedent("""
     from hpc import Accelerator
     from hpc.utils import DistributedType
 
-    acc = Accelerator()
+    from datetime import timedelta
+    from hpc.utils import (AutocastKwargs, DDPCommunicationHookType, DistributedDataParallelKwargs,
+                           InitProcessGroupKwargs, ProfileKwargs)
+
+    acc = Accelerator(mixed_precision="bf16", log_with="tensorboard", project_dir=sys.argv[1] + "/proj",
+                      kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=90)),
+                                       DistributedDataParallelKwargs(comm_hook=DDPCommunicationHookType.FP16),
+                                       AutocastKwargs(enabled=False)])
     out = {"type_is_enum": acc.distributed_type == DistributedType.MULTI_CPU, "last": acc.is_last_process}
+    try:
+        Accelerator(kwargs_handlers=[object()])
+    except Exception as e:
+        out["unknown_handler"] = str(e)
+    linear = acc.prepare(torch.nn.Linear(2, 2))
+    out["comm_hook"] = linear._get_ddp_logging_data().get("comm_hook")
+    out["autocast_off_dtype"] = str(linear(torch.ones(1, 2)).dtype)  # AutocastKwargs(enabled=False)
+    with acc.autocast(AutocastKwargs(enabled=True)):
+        out["autocast_on_dtype"] = str(torch.nn.functional.linear(torch.ones(1, 2), torch.ones(2, 2)).dtype)
+    with acc.profile(ProfileKwargs(output_trace_dir=sys.argv[1] + "/traces", record_shapes=True)) as prof:
+        torch.ones(64, 64) @ torch.ones(64, 64)
+    out["profiled"] = any("aten::mm" in e.key for e in prof.key_averages())
+
+    class ScheduleFree(torch.optim.SGD):  # schedule-free optimizers swap weights in train() and eval()
+        calls = []
+        def train(self): self.calls.append("train")
+        def eval(self): self.calls.append("eval")
+
+    opt = acc.prepare(ScheduleFree(linear.parameters(), lr=0.1))
+    opt.eval(); opt.train()
+    out["optimizer_modes"] = ScheduleFree.calls
+    acc.init_trackers("run")
+    out["tracker"] = type(acc.get_tracker("tensorboard", unwrap=True)).__name__
+    acc.get_tracker("wandb").log({"x": 1})  # not started: does nothing
+    acc.free_memory()
+    out["freed"] = [len(acc._models), len(acc._optimizers)]
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 10, bias=False))
     model[2].weight = model[0].weight  # tied, as language models tie input and output embeddings
@@ -65,6 +98,16 @@ def test_collective_helpers_and_decorators(run):
     assert out["trigger"] == [True, False]
     assert out["ran"] == [["main", "local-main"], ["p1", "last"]]
     assert out["split"] == [[0, 1, 2], [3, 4, 4]]  # padded with the last item so both hold 3
+    assert "kwargs_handlers: object is not a handler hpc applies" in out["unknown_handler"]
+    assert out["comm_hook"] == "fp16_compress_hook"
+    assert (out["autocast_off_dtype"], out["autocast_on_dtype"]) == ("torch.float32", "torch.bfloat16")
+    assert out["profiled"] and out["optimizer_modes"] == ["eval", "train"]
+    assert out["tracker"] == "SummaryWriter" and out["freed"] == [0, 0]
+
+
+def test_profile_writes_a_trace_per_rank(run):
+    tmp, _, _ = run
+    assert sorted(p.name for p in (tmp / "traces").iterdir()) == ["trace_rank_0.json", "trace_rank_1.json"]
 
 
 def test_save_model_writes_safetensors_shards_and_an_index(run):

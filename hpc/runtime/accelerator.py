@@ -31,7 +31,8 @@ from hpc.runtime.compile import Compile
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
 from hpc.runtime.checkpoint.store import MIN_KEEP, CheckpointStore
 from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
-from hpc.runtime.handlers import GradScalerKwargs
+from hpc.runtime.handlers import (AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs,
+                                  InitProcessGroupKwargs, ProfileKwargs)
 from hpc.runtime.pace import Pace
 from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from hpc.runtime.precision import Precision, normalize
@@ -86,6 +87,29 @@ def _refuse_unsupported(**given: Any) -> None:
             raise HpcError(f"Accelerator({name}=...) is not supported by hpc (tensor/context parallelism, "
                            "Megatron-LM and several DeepSpeed engines are not built in)",
                            fix=f"drop {name}; FSDP (HYBRID_SHARD) and DeepSpeed ZeRO are hpc's strategies")
+
+
+_HANDLERS = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs, ProfileKwargs)
+
+
+def _handlers(given: list | None) -> dict:
+    """kwargs_handlers by type; one hpc does not know is an error, never silently ignored."""
+    handlers = {}
+    for handler in given or []:
+        if type(handler) not in _HANDLERS:
+            raise HpcError(f"kwargs_handlers: {type(handler).__name__} is not a handler hpc applies",
+                           fix=f"use {', '.join(h.__name__ for h in _HANDLERS)}")
+        handlers[type(handler)] = handler
+    return handlers
+
+
+class _NoTracker:
+    """What get_tracker gives where no tracker runs: any call does nothing."""
+
+    name = None
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
 
 
 def _all_tensors(data) -> bool:
@@ -153,17 +177,20 @@ class Accelerator:
         if not isinstance(steps, int) or steps < 1:
             raise HpcError(f"gradient_accumulation_steps={steps!r} must be a whole number >= 1", fix="use 1 or more")
         self.gradient_accumulation_steps = steps
-        self.handlers = {type(h): h for h in (kwargs_handlers or [])}
+        self.handlers = _handlers(kwargs_handlers)
         cls = plugin_strategy(kind)
         cpu = cpu or bool(settings.get("use_cpu"))
-        self.state = ProcessState.start(cpu=cpu, need_group=cls is not None and cls.needs_process_group)
+        group = self.handlers.get(InitProcessGroupKwargs) or InitProcessGroupKwargs()
+        self.state = ProcessState.start(cpu=cpu, need_group=cls is not None and cls.needs_process_group,
+                                        backend=group.backend, timeout=group.timeout)
         self.debug = bool(settings.get("debug"))  # collectives first check that every rank's shapes agree
         self._compile = Compile.from_settings(settings)
         if self.is_main_process:
             for note in from_env.notes:
                 print(f"hpc: note: {note}", file=sys.stderr)
         self.strategy = choose(kind, self.state, self.handlers, plugin, mixed_precision=mode, accumulation_steps=steps)
-        self.precision = Precision(mode, self.state.device, self.strategy, self.handlers.get(GradScalerKwargs))
+        self.precision = Precision(mode, self.state.device, self.strategy, self.handlers.get(GradScalerKwargs),
+                                   self.handlers.get(AutocastKwargs))
         self.gradient_state = GradientState()
         self.project_dir = Path(project_dir or config.get("project_dir") or ".")
         self.log_with = [log_with] if isinstance(log_with, str) else list(log_with or [])
@@ -326,8 +353,19 @@ class Accelerator:
         with self.strategy.no_sync(model):
             yield
 
-    def autocast(self):
-        return self.precision.autocast()
+    def autocast(self, autocast_handler: AutocastKwargs | None = None):
+        return self.precision.autocast(autocast_handler)
+
+    @contextlib.contextmanager
+    def profile(self, profile_handler: ProfileKwargs | None = None):
+        """torch.profiler over the block, with ProfileKwargs' settings; each rank's trace in output_trace_dir."""
+        handler = profile_handler or self.handlers.get(ProfileKwargs) or ProfileKwargs()
+        with handler.build(self.process_index) as profiler:
+            yield profiler
+        if handler.output_trace_dir and not handler.schedule_option:
+            folder = Path(handler.output_trace_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            profiler.export_chrome_trace(str(folder / f"trace_rank_{self.process_index}.json"))
 
     def clip_grad_norm_(self, parameters, max_norm: float, norm_type: float = 2.0):
         """Unscales fp16 gradients first, once per step; a no-op on accumulation micro-steps."""
@@ -643,8 +681,15 @@ class Accelerator:
         os.replace(tmp, f)
 
     def free_memory(self, *objects):
+        """Drop every reference the Accelerator holds (models, optimizers, schedulers, loaders) and the given
+        objects', then collect: between two trainings in one process, or before a retry with a smaller batch."""
+        self.wait_for_checkpoint()
         self._models.clear()
         self._optimizers.clear()
+        self._schedulers.clear()
+        self._loaders.clear()
+        self._checkpointer = None
+        self.step = 0
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -660,6 +705,14 @@ class Accelerator:
             if self._resumed_step is not None:  # trackers started after the resume continue the run too
                 tracker.resumed_at(self._resumed_step)
             self._trackers.append(tracker)
+
+    def get_tracker(self, name: str, unwrap: bool = False):
+        """The tracker started for ``name`` (its own run object with unwrap=True, e.g. the SummaryWriter); on
+        the other ranks, and for a name not started, an object whose methods do nothing (as Accelerate's)."""
+        for tracker in self._trackers:
+            if tracker.name == name:
+                return getattr(tracker, "writer", tracker) if unwrap else tracker
+        return _NoTracker()
 
     def log(self, values: dict, step: int | None = None) -> None:
         for tracker in self._trackers:

@@ -7,7 +7,7 @@ import contextlib
 import torch
 
 from hpc.errors import HpcError
-from hpc.runtime.handlers import GradScalerKwargs
+from hpc.runtime.handlers import AutocastKwargs, GradScalerKwargs
 
 MODES = ("no", "fp32", "bf16", "fp16")
 
@@ -24,8 +24,10 @@ def normalize(mode: str | None) -> str:
 
 
 class Precision:
-    def __init__(self, mode: str | None, device: torch.device, strategy, scaler_kwargs: GradScalerKwargs | None = None):
+    def __init__(self, mode: str | None, device: torch.device, strategy, scaler_kwargs: GradScalerKwargs | None = None,
+                 autocast_kwargs: AutocastKwargs | None = None):
         self.mode = normalize(mode)
+        self.autocast_kwargs = autocast_kwargs or AutocastKwargs()
         self.device = device
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.mode)
         self.scaler = None
@@ -36,10 +38,12 @@ class Precision:
                                                backoff_factor=k.backoff_factor, growth_interval=k.growth_interval,
                                                enabled=k.enabled)
 
-    def autocast(self):
-        if self.dtype is None:
+    def autocast(self, autocast_handler: AutocastKwargs | None = None):
+        handler = autocast_handler or self.autocast_kwargs
+        if self.dtype is None or not handler.enabled:
             return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
+        extra = {} if handler.cache_enabled is None else {"cache_enabled": handler.cache_enabled}
+        return torch.autocast(self.device.type, dtype=self.dtype, **extra)
 
     def wrap_forward(self, model: torch.nn.Module) -> None:
         """Run the model's forward under autocast, so the user's loop needs no context of its own."""

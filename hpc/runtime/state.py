@@ -9,6 +9,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from hpc.errors import HpcError
+
 from hpc import env as hpc_env
 
 
@@ -23,20 +25,27 @@ class ProcessState:
         return self.env.world_size > 1
 
     @classmethod
-    def start(cls, cpu: bool = False, need_group: bool = False) -> "ProcessState":
-        """``need_group``: form a process group even for one process (FSDP and DeepSpeed need one)."""
+    def start(cls, cpu: bool = False, need_group: bool = False, backend: str | None = None,
+              timeout=None) -> "ProcessState":
+        """``need_group``: form a process group even for one process (FSDP and DeepSpeed need one).
+        ``backend``/``timeout``: InitProcessGroupKwargs' (None: nccl with GPUs, gloo without; torch's timeout)."""
         env = hpc_env.detect()
         hpc_env.export(env)
         use_cuda = torch.cuda.is_available() and not cpu
         device = torch.device("cuda", env.local_rank % torch.cuda.device_count()) if use_cuda else torch.device("cpu")
         if use_cuda:
             torch.cuda.set_device(device)
-        backend = None
+        wanted, backend = backend, None
         if env.world_size > 1 or need_group:
             backend = "nccl" if use_cuda else "gloo"
+            if wanted not in (None, backend) and not (wanted == "gloo" and use_cuda):
+                raise HpcError(f"InitProcessGroupKwargs(backend={wanted!r}) on {device.type}",
+                               fix="drop backend: hpc picks nccl with GPUs and gloo without")
+            backend = wanted or backend
             if not dist.is_initialized():
+                extra = {"timeout": timeout} if timeout is not None else {}
                 dist.init_process_group(backend, rank=env.rank, world_size=env.world_size,
-                                        device_id=device if use_cuda else None, **_restart_store(env))
+                                        device_id=device if backend == "nccl" else None, **_restart_store(env), **extra)
         return cls(env, device, backend)
 
 

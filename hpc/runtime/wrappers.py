@@ -54,6 +54,13 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             self.accelerator._step_completed()
         return None
 
+    # schedule-free optimizers switch their weights between train() and eval(): passed through
+    def train(self):
+        return getattr(self.optimizer, "train", lambda: None)()
+
+    def eval(self):
+        return getattr(self.optimizer, "eval", lambda: None)()
+
     def __repr__(self):
         return f"AcceleratedOptimizer({self.optimizer!r})"
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import enum
 
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
-from hpc.runtime.handlers import DistributedDataParallelKwargs, GradScalerKwargs
+from hpc.runtime.handlers import (AutocastKwargs, DDPCommunicationHookType, DistributedDataParallelKwargs,
+                                  GradScalerKwargs, InitProcessGroupKwargs, KwargsHandler, ProfileKwargs)
 from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 
 
@@ -49,6 +50,7 @@ class RNGType(str, enum.Enum):
     GENERATOR = "generator"
 
 
-__all__ = ["DataLoaderConfiguration", "DeepSpeedPlugin", "DistributedDataParallelKwargs", "DistributedType",
+__all__ = ["AutocastKwargs", "DDPCommunicationHookType", "InitProcessGroupKwargs", "KwargsHandler", "ProfileKwargs",
+           "DataLoaderConfiguration", "DeepSpeedPlugin", "DistributedDataParallelKwargs", "DistributedType",
            "FullyShardedDataParallelPlugin", "GradScalerKwargs", "GradientAccumulationPlugin", "ProjectConfiguration",
            "RNGType"]

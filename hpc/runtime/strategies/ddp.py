@@ -17,8 +17,7 @@ class DDPStrategy(Strategy):
         model = model.to(self.state.device)
         device_ids = [self.state.device.index] if self.state.device.type == "cuda" else None
         wrapped = DistributedDataParallel(model, device_ids=device_ids, **kwargs.ddp_args())
-        if kwargs.comm_hook is not None:
-            wrapped.register_comm_hook(kwargs.comm_state, kwargs.comm_hook)
+        kwargs.register_hook(wrapped)
         return wrapped
 
     def no_sync(self, model):
