@@ -35,6 +35,8 @@ _LAZY.update({"PartialState": ("hpc.state", "PartialState"),
               "synchronize_rng_states": ("hpc.utils.random", "synchronize_rng_states"),
               "skip_first_batches": ("hpc.data_loader", "skip_first_batches"),
               "set_seed": ("hpc.utils.random", "set_seed"),
+              "notebook_launcher": ("hpc.launchers", "notebook_launcher"),
+              "debug_launcher": ("hpc.launchers", "debug_launcher"),
               **{name: ("hpc.utils.dataclasses", name) for name in (
                   "AutocastKwargs", "InitProcessGroupKwargs", "ProfileKwargs", "DDPCommunicationHookType",
                   "GradientAccumulationPlugin", "ProjectConfiguration")}})
