@@ -38,7 +38,7 @@ from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from hpc.runtime.precision import Precision, normalize
 from hpc.runtime.state import ProcessState
 from hpc.runtime.strategies import choose, plugin_strategy
-from hpc.runtime.tracking import TRACKERS
+from hpc.runtime import tracking
 from hpc.runtime.watchdog import HangWatchdog
 from hpc.runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
 
@@ -695,13 +695,25 @@ class Accelerator:
             torch.cuda.empty_cache()
         return [None] * len(objects)
 
-    def init_trackers(self, project_name: str, config: dict | None = None) -> None:
+    def init_trackers(self, project_name: str, config: dict | None = None, init_kwargs: dict | None = None) -> None:
+        """Start every tracker of ``log_with`` on the main process (JSONL always), under the project's logging
+        folder; ``init_kwargs`` per tracker name go to its library (``{"wandb": {"entity": ...}}``)."""
+        chosen = tracking.resolve(self.log_with)  # checked on every rank: a typo fails everywhere alike
         if not self.is_main_process:
             return
-        for name in ["jsonl", *[n for n in self.log_with if n != "jsonl"]]:
-            if name not in TRACKERS:
-                raise HpcError(f"log_with={name!r} is not a tracker hpc knows", fix=f"use one of {', '.join(TRACKERS)}")
-            tracker = TRACKERS[name](self.project_dir / "logs", project_name, config)
+        init_kwargs = dict(init_kwargs or {})
+        unknown = sorted(set(init_kwargs) - {getattr(c, "name", None) for c in chosen})
+        if unknown:
+            raise HpcError(f"init_kwargs for {unknown[0]!r}, which is not in log_with", fix="add it to log_with")
+        folder = Path(self.project_configuration.logging_dir or self.project_dir / "logs")
+        for item in chosen:
+            if isinstance(item, tracking.GeneralTracker):  # the user's own, built by the user
+                item.start()
+                if config:
+                    item.store_init_configuration(config)
+                tracker = item
+            else:
+                tracker = item(folder, project_name, config, **init_kwargs.get(item.name, {}))
             if self._resumed_step is not None:  # trackers started after the resume continue the run too
                 tracker.resumed_at(self._resumed_step)
             self._trackers.append(tracker)
@@ -711,12 +723,14 @@ class Accelerator:
         the other ranks, and for a name not started, an object whose methods do nothing (as Accelerate's)."""
         for tracker in self._trackers:
             if tracker.name == name:
-                return getattr(tracker, "writer", tracker) if unwrap else tracker
+                return tracker.tracker if unwrap else tracker
         return _NoTracker()
 
-    def log(self, values: dict, step: int | None = None) -> None:
+    def log(self, values: dict, step: int | None = None, log_kwargs: dict | None = None) -> None:
+        """To every tracker (main process); ``log_kwargs`` per tracker name go to its library's log call."""
+        log_kwargs = log_kwargs or {}
         for tracker in self._trackers:
-            tracker.log(values, step)
+            tracker.log(values, step, **log_kwargs.get(tracker.name, {}))
 
     def end_training(self) -> None:
         self._watchdog.stop()

@@ -38,7 +38,9 @@ class GradientAccumulationPlugin:
 @dataclass
 class ProjectConfiguration:
     project_dir: str | None = None
-    logging_dir: str | None = None  # trackers write here (default: project_dir/logs)
+    # trackers write here; default project_dir/logs (Accelerate's default is project_dir itself: hpc keeps the
+    # checkpoints/ and logs/ of a project apart)
+    logging_dir: str | None = None
     automatic_checkpoint_naming: bool = False  # save_state() with no folder writes checkpoints/checkpoint_<i>
     total_limit: int | None = None  # checkpoints kept
     iteration: int = 0
@@ -46,5 +48,3 @@ class ProjectConfiguration:
 
     def set_directories(self, project_dir: str | None = None) -> None:
         self.project_dir = project_dir
-        if self.logging_dir is None:
-            self.logging_dir = project_dir
