@@ -517,3 +517,24 @@ def test_get_logger_speaks_on_the_main_process_at_accelerates_log_level(monkeypa
         logger.warning_once("twice?")
         logger.warning_once("twice?")
     assert [r.getMessage() for r in caplog.records] == ["[RANK 0] rank 0 speaks", "[RANK 0] twice?"]
+
+
+def test_torch_dynamo_plugin_compiles_in_place(tmp_path):
+    script = textwrap.dedent("""
+        import json, sys, torch
+        from hpc import Accelerator
+        from hpc.utils import TorchDynamoPlugin
+        acc = Accelerator(dynamo_plugin=TorchDynamoPlugin(backend="eager", use_regional_compilation=True))
+        model = torch.nn.Sequential(torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]))
+        names = [n for n, _ in model.named_parameters()]
+        model = acc.prepare(model)
+        blocks = [b._compiled_call_impl is not None for b in model[0]]
+        json.dump({"blocks": blocks, "whole": model._compiled_call_impl is not None,
+                   "names_kept": [n for n, _ in model.named_parameters()] == names}, open(sys.argv[1], "w"))
+    """)
+    (tmp_path / "t.py").write_text(script)
+    proc = subprocess.run([sys.executable, "t.py", "out.json"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={k: v for k, v in os.environ.items() if not k.startswith("ACCELERATE_")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp_path / "out.json").read_text()) == {"blocks": [True, True], "whole": False,
+                                                               "names_kept": True}

@@ -27,7 +27,7 @@ from hpc.config import accelerate_settings
 from hpc.errors import HpcError
 from hpc.runtime import model_files, ops, preemption
 from hpc.runtime.checkpoint.checkpointer import Checkpointer
-from hpc.runtime.compile import Compile
+from hpc.runtime.compile import Compile, TorchDynamoPlugin
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
 from hpc.runtime.checkpoint.store import MIN_KEEP, CheckpointStore
 from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
@@ -133,7 +133,8 @@ class Accelerator:
                  project_config: ProjectConfiguration | None = None,
                  gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
                  step_scheduler_with_optimizer: bool = True, kwargs_handlers: list | None = None,
-                 dynamo_backend: str | None = None, dynamo_plugin: Any = None, deepspeed_plugins: Any = None,
+                 dynamo_backend: str | None = None, dynamo_plugin: TorchDynamoPlugin | None = None,
+                 deepspeed_plugins: Any = None,
                  parallelism_config: Any = None, *, seed: int = 0,
                  auto_resume: bool | None = None, checkpoint_keep: int | None = None,
                  checkpoint_async: bool | None = None, checkpoint_fsync: bool | None = None):
@@ -164,11 +165,10 @@ class Accelerator:
         config = runtime_config.current()  # empty outside an hpc job
         from_env = accelerate_settings.from_environ(os.environ)
         settings = {**from_env.values, **{k: v for k, v in config.items() if v is not None}}
-        if dynamo_backend is not None or dynamo_plugin is not None:  # code beats the job's settings
-            settings["dynamo_backend"] = getattr(dynamo_plugin, "backend", None) or dynamo_backend
-            for mine in ("mode", "fullgraph", "dynamic"):
-                if getattr(dynamo_plugin, mine, None) is not None:
-                    settings[f"dynamo_{'use_' if mine != 'mode' else ''}{mine}"] = getattr(dynamo_plugin, mine)
+        if dynamo_plugin is not None:  # code beats the job's settings
+            settings.update(dynamo_plugin.as_settings())
+        if dynamo_backend is not None:
+            settings["dynamo_backend"] = str(getattr(dynamo_backend, "value", dynamo_backend))
         self._config = config
         kind, plugin = _choose_strategy(settings, fsdp_plugin, deepspeed_plugin)
         mode = normalize(mixed_precision or settings.get("mixed_precision"))

@@ -9,6 +9,27 @@ import torch
 from hpc.errors import HpcError
 
 
+@dataclass
+class TorchDynamoPlugin:
+    """Accelerate's torch.compile settings object: Accelerator(dynamo_plugin=TorchDynamoPlugin(backend="inductor"))."""
+
+    backend: str | None = None
+    mode: str | None = None
+    fullgraph: bool = False
+    dynamic: bool | None = None
+    options: dict | None = None
+    disable: bool = False
+    use_regional_compilation: bool = False
+
+    def as_settings(self) -> dict:
+        """The job keys these stand for (what dynamo_backend & co. of a config file set)."""
+        if self.options:
+            raise HpcError("TorchDynamoPlugin(options=...) is not passed on by hpc", fix="drop options, or set mode")
+        return {"dynamo_backend": None if self.disable else self.backend, "dynamo_mode": self.mode,
+                "dynamo_use_fullgraph": self.fullgraph, "dynamo_use_dynamic": self.dynamic,
+                "dynamo_use_regional_compilation": self.use_regional_compilation}
+
+
 @dataclass(frozen=True)
 class Compile:
     backend: str | None = None  # None or "no": models are left as they are

@@ -10,7 +10,7 @@ _MODULES = {
     "hpc.utils.random": ["set_seed", "synchronize_rng_state", "synchronize_rng_states"],
     "hpc.utils.memory": ["clear_device_cache", "find_executable_batch_size", "release_memory",
                          "should_reduce_batch_size"],
-    "hpc.utils.dataclasses": ["AutocastKwargs", "DDPCommunicationHookType", "InitProcessGroupKwargs", "KwargsHandler",
+    "hpc.utils.dataclasses": ["TorchDynamoPlugin", "AutocastKwargs", "DDPCommunicationHookType", "InitProcessGroupKwargs", "KwargsHandler",
                               "ProfileKwargs", "DataLoaderConfiguration", "DeepSpeedPlugin", "DistributedDataParallelKwargs",
                               "DistributedType", "FullyShardedDataParallelPlugin", "GradScalerKwargs",
                               "GradientAccumulationPlugin", "ProjectConfiguration", "RNGType"],

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 
+from hpc.runtime.compile import TorchDynamoPlugin
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
 from hpc.runtime.handlers import (AutocastKwargs, DDPCommunicationHookType, DistributedDataParallelKwargs,
                                   GradScalerKwargs, InitProcessGroupKwargs, KwargsHandler, ProfileKwargs)
@@ -50,7 +51,7 @@ class RNGType(str, enum.Enum):
     GENERATOR = "generator"
 
 
-__all__ = ["AutocastKwargs", "DDPCommunicationHookType", "InitProcessGroupKwargs", "KwargsHandler", "ProfileKwargs",
+__all__ = ["TorchDynamoPlugin", "AutocastKwargs", "DDPCommunicationHookType", "InitProcessGroupKwargs", "KwargsHandler", "ProfileKwargs",
            "DataLoaderConfiguration", "DeepSpeedPlugin", "DistributedDataParallelKwargs", "DistributedType",
            "FullyShardedDataParallelPlugin", "GradScalerKwargs", "GradientAccumulationPlugin", "ProjectConfiguration",
            "RNGType"]
