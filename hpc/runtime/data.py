@@ -1,115 +1,121 @@
-"""Data sharding: every rank gets whole batches, round-robin, so a gather restores the global order.
+"""prepare(dataloader): each rank iterates its share of what the loader would give one process.
 
-Batch i of the epoch goes to rank i % world. Without drop_last the last round is padded with samples
-from the start, so every rank runs the same number of equally sized batches (no rank waits in a
-collective for one that has run out); gather_for_metrics drops that padding again. Shuffling is seeded
-by (seed, epoch): a restarted job sees the same order, and skip_first_batches resumes mid-epoch.
+The user's sampler, batch sampler, generator and collation are kept; hpc deals the loader's global batches to
+the ranks (data_shards), so the ranks' batches read in rank order are one process's batches. Map-style
+datasets are dealt by index before anything is loaded (data_plan, data_order); streams are read and dealt
+(data_readers). A checkpoint records each loader's epoch and position; resuming mid-epoch computes where the
+epoch's order stands instead of replaying it, so it costs the same at batch 10 or 10 million (only a sampler
+that can only be iterated, and a stream, are skipped by reading up to there).
 """
 
 from __future__ import annotations
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, RandomSampler
+from torch.utils.data import DataLoader, IterableDataset
 
 from hpc.errors import HpcError
+from hpc.runtime.configuration import DataLoaderConfiguration
+from hpc.runtime.data_plan import MapPlan
+from hpc.runtime.data_readers import MapReader, StreamReader
+from hpc.runtime.data_shards import Layout
 
 
-class ShardedBatchSampler:
-    def __init__(self, n: int, batch_size: int, rank: int, world: int, shuffle: bool, drop_last: bool, seed: int):
-        self.n, self.batch_size, self.rank, self.world = n, batch_size, rank, world
-        self.shuffle, self.drop_last, self.seed = shuffle, drop_last, seed
-        self.epoch, self.skip = 0, 0
+def _stateful_class(config: DataLoaderConfiguration):
+    if not config.use_stateful_dataloader:
+        return None
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+    except ImportError:
+        raise HpcError("use_stateful_dataloader needs torchdata's StatefulDataLoader, which is not installed",
+                       fix="pip install torchdata (0.8 or newer), or drop use_stateful_dataloader") from None
+    return StatefulDataLoader
 
-    def _order(self) -> list[int]:
-        if not self.shuffle:
-            return list(range(self.n))
-        g = torch.Generator()
-        g.manual_seed(self.seed * 1_000_003 + self.epoch)
-        return torch.randperm(self.n, generator=g).tolist()
 
-    @property
-    def rounds(self) -> int:
-        per_round = self.batch_size * self.world
-        return self.n // per_round if self.drop_last else -(-self.n // per_round)
-
-    @property
-    def padding(self) -> int:
-        """How many samples the last round repeats from the start of the epoch."""
-        return 0 if self.drop_last else self.rounds * self.batch_size * self.world - self.n
-
-    def __len__(self) -> int:
-        return self.rounds - self.skip
-
-    def __iter__(self):
-        order = self._order()
-        total = self.rounds * self.batch_size * self.world
-        while len(order) < total:  # a tiny dataset may need its order several times over
-            order = order + order[: total - len(order)]
-        for r in range(self.skip, self.rounds):
-            start = (r * self.world + self.rank) * self.batch_size
-            yield order[start:start + self.batch_size]
+def _check(loader: DataLoader, config: DataLoaderConfiguration, world: int, batch_size: int | None) -> None:
+    if getattr(loader, "in_order", True) is False:
+        raise HpcError("a DataLoader with in_order=False cannot be sharded: the ranks must agree on the order",
+                       fix="drop in_order=False")
+    if config.split_batches and batch_size is None:
+        raise HpcError("split_batches needs the DataLoader's batch size, and this one has none",
+                       fix="give the DataLoader batch_size=, or its batch sampler a batch_size attribute")
+    if config.split_batches and batch_size % world:
+        raise HpcError(f"split_batches: the batch size {batch_size} does not divide among {world} processes",
+                       fix=f"use a multiple of {world}")
 
 
 class PreparedDataLoader:
-    """Iterates this rank's shard on the accelerator's device, and tells the accelerator where it is."""
+    """Iterates this rank's share on the accelerator's device, and tells the accelerator where it is."""
 
     def __init__(self, loader: DataLoader, accelerator, seed: int):
-        if isinstance(loader.dataset, IterableDataset):
-            raise HpcError("an IterableDataset cannot be sharded by index", fix="shard it in the dataset itself")
-        if loader.batch_size is None:
-            raise HpcError("a DataLoader with its own batch_sampler cannot be sharded yet",
-                           fix="give batch_size (and shuffle) to the DataLoader instead")
-        state = accelerator.state
-        self.accelerator = accelerator
-        self.sampler = ShardedBatchSampler(len(loader.dataset), loader.batch_size, state.env.rank,
-                                           state.env.world_size, isinstance(loader.sampler, RandomSampler),
-                                           loader.drop_last, seed)
-        # its own generator: starting an iterator draws a seed, which must not move the global RNG (a resumed
-        # run starts its iterator mid-epoch, and dropout masks would differ from the uninterrupted run)
-        self._generator = torch.Generator()
-        self.loader = DataLoader(loader.dataset, batch_sampler=self.sampler, num_workers=loader.num_workers,
-                                 generator=self._generator,
-                                 collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
-                                 worker_init_fn=loader.worker_init_fn, persistent_workers=loader.persistent_workers
-                                 if loader.num_workers else False)
-        self.batch_size = loader.batch_size
-        self.dataset = loader.dataset
+        config = getattr(accelerator, "dataloader_config", None) or DataLoaderConfiguration()
+        env = accelerator.state.env
+        world, rank = env.world_size, env.rank
+        self.accelerator, self.dataset, self.config = accelerator, loader.dataset, config
+        seed = config.data_seed if config.data_seed is not None else seed
+        stream = isinstance(loader.dataset, IterableDataset)
+        stateful = _stateful_class(config)
+        # Accelerate's default: rank 0 reads a stream and sends each rank its batch
+        dispatch = world > 1 and (config.dispatch_batches if config.dispatch_batches is not None else stream)
+        if stream:
+            batch_size, drop_last = loader.batch_size, loader.drop_last
+        else:
+            plan = MapPlan(loader, seed, config.use_seedable_sampler)
+            batch_size, drop_last = plan.batch_size, plan.drop_last
+        _check(loader, config, world, batch_size)
+        self.layout = Layout(world, rank, config.split_batches, config.even_batches, drop_last, batch_size)
+        if stream:
+            self._reader = StreamReader(loader, self.layout, seed, dispatch, stateful)
+        else:
+            plan.sync_generators(world)
+            self._reader = MapReader(loader, plan, self.layout, seed, dispatch, stateful)
+        self.batch_size = batch_size // world if config.split_batches else batch_size
+        self.total_batch_size = batch_size if config.split_batches or batch_size is None else batch_size * world
+        self._epoch, self._skip = 0, 0
         self.position = 0  # batches of the current epoch handed out (what a checkpoint records)
+        self._non_blocking = config.non_blocking or accelerator.device.type == "cuda"
 
     def __len__(self) -> int:
-        return len(self.sampler)
-
-    def set_epoch(self, epoch: int) -> None:
-        if epoch != self.sampler.epoch:  # a resumed position belongs to its own epoch only
-            self.sampler.skip = 0
-        self.sampler.epoch = epoch
-
-    def resume_at(self, epoch: int, position: int) -> None:
-        """The next pass continues epoch `epoch` after its first `position` batches."""
-        self.sampler.epoch, self.sampler.skip, self.position = epoch, position, position
+        return max(0, len(self._reader) - self._skip)
 
     @property
     def epoch(self) -> int:
-        return self.sampler.epoch
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self._epoch:  # a resumed position belongs to its own epoch only
+            self._skip = 0
+        self._epoch = epoch
+
+    def resume_at(self, epoch: int, position: int) -> None:
+        """The next pass continues epoch `epoch` after its first `position` batches."""
+        self._epoch, self._skip, self.position = epoch, position, position
+
+    def state_dict(self) -> dict:
+        out = {"epoch": self._epoch, "position": self.position}
+        if getattr(self._reader, "stateful", False) and self._reader.after is not None:
+            out["reader"] = self._reader.after  # where a StatefulDataLoader's stream stands
+        return out
+
+    def load_state_dict(self, state: dict) -> None:
+        self.resume_at(int(state["epoch"]), int(state["position"]))
+        if state.get("reader") is not None and getattr(self._reader, "stateful", False):
+            self._reader.restore = state["reader"]
 
     def __iter__(self):
         self.accelerator._resume_if_asked()
         gradient = self.accelerator.gradient_state
-        n = len(self)
-        self.position = self.sampler.skip
-        self._generator.manual_seed(self.sampler.seed * 1_000_003 + self.sampler.epoch)
+        self.position = self._skip
         try:
-            for i, batch in enumerate(self.loader):
-                last = i == n - 1
+            for batch, last, remainder in self._reader.batches(self._epoch, self._skip):
                 self.position += 1
                 gradient.end_of_dataloader = last
-                gradient.remainder = (self.batch_size * self.sampler.world - self.sampler.padding) if last else -1
+                gradient.remainder = remainder if last else -1
                 self.accelerator._beat("batch")
-                yield send_to_device(batch, self.accelerator.device)
+                yield send_to_device(batch, self.accelerator.device, self._non_blocking)
         finally:
             gradient.end_of_dataloader, gradient.remainder = False, -1
-        self.sampler.skip, self.position = 0, 0
-        self.sampler.epoch += 1  # the next pass reshuffles; seeded, so a restart repeats it
+        self._skip, self.position = 0, 0
+        self._epoch += 1  # the next pass reshuffles; seeded, so a restart repeats it
 
 
 class SkipFirstBatches:
@@ -119,19 +125,19 @@ class SkipFirstBatches:
         self.prepared, self.n = prepared, n
 
     def __len__(self) -> int:
-        return max(0, len(self.prepared.sampler) - self.n)
+        return max(0, len(self.prepared._reader) - self.n)
 
     def __iter__(self):
-        self.prepared.sampler.skip = self.n
+        self.prepared._skip = self.n
         yield from self.prepared
 
 
-def send_to_device(batch, device: torch.device):
+def send_to_device(batch, device: torch.device, non_blocking: bool = False):
     if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=device.type == "cuda")
+        return batch.to(device, non_blocking=non_blocking)
     if isinstance(batch, dict):
-        return type(batch)({k: send_to_device(v, device) for k, v in batch.items()})
+        return type(batch)({k: send_to_device(v, device, non_blocking) for k, v in batch.items()})
     if isinstance(batch, (list, tuple)):
-        moved = [send_to_device(v, device) for v in batch]
+        moved = [send_to_device(v, device, non_blocking) for v in batch]
         return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
     return batch

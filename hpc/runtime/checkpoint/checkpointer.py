@@ -132,6 +132,9 @@ class Checkpointer:
     def _extras(self, buffers: StagingBuffers | None) -> dict:
         acc = self.acc
         out = {f"rng/rank{self.rank}.pt": rng_state()}
+        readers = [dl.state_dict().get("reader") for dl in acc._loaders]
+        if any(r is not None for r in readers):  # a StatefulDataLoader's stream: where each rank's reader stands
+            out[f"loaders/rank{self.rank}.pt"] = readers
         if self.rank == 0:
             for i, sched in enumerate(acc._schedulers):
                 out[f"scheduler_{i}.pt"] = sched.state_dict()
@@ -197,6 +200,11 @@ class Checkpointer:
             acc.precision.scaler.load_state_dict(torch.load(folder / "scaler.pt", weights_only=False))
         for i, obj in enumerate(acc._custom_objects):
             obj.load_state_dict(torch.load(folder / f"custom_{i}.pt", map_location=device, weights_only=False))
+        readers = folder / f"loaders/rank{self.rank}.pt"
+        if readers.exists():  # loaders' epoch and position come with the meta (_restore); streams' state here
+            for loader, reader in zip(acc._loaders, torch.load(readers, weights_only=False)):
+                if reader is not None:
+                    loader.load_state_dict({**loader.state_dict(), "reader": reader})
         rng = folder / f"rng/rank{self.rank}.pt"
         if rng.exists():  # a job resumed at another world size keeps the fresh streams of its new ranks
             set_rng_state(torch.load(rng, weights_only=False))
