@@ -51,9 +51,13 @@ def notebook_launcher(function: Callable, args: tuple = (), num_processes: int |
                                                 "max_restarts", "monitor_interval", "log_line_prefix_template"})
     if unknown:
         raise HpcError(f"notebook_launcher({unknown[0]}=...) is not a launcher setting", fix="drop it")
-    if torchrun_settings.get("max_restarts"):
-        raise HpcError("notebook_launcher(max_restarts=...) is not supported by hpc",
-                       fix="submit the training as a job (hpc submit): the job is requeued and resumes instead")
+    defaults = {"rdzv_backend": "static", "rdzv_endpoint": "", "rdzv_conf": None, "rdzv_id": "none",
+                "max_restarts": 0, "monitor_interval": 0.1, "log_line_prefix_template": None}
+    changed = sorted(k for k, v in torchrun_settings.items() if v != defaults[k])
+    if changed:
+        raise HpcError(f"notebook_launcher({changed[0]}=...) is not supported by hpc (its processes are forked "
+                       "here, without torchrun's agent)",
+                       fix="drop it; for restarts submit the training as a job (hpc submit): it is requeued and resumes")
     env = {"ACCELERATE_MIXED_PRECISION": str(mixed_precision)}
     if not num_processes or (num_processes == 1 and num_nodes == 1):
         os.environ.update(env)

@@ -210,13 +210,18 @@ def test_json_config_and_the_default_file_where_accelerate_finds_it(tmp_path):
     default.parent.mkdir(parents=True)
     default.write_text("distributed_type: MULTI_CPU\nmixed_precision: fp16\nnum_processes: 2\n")
     (tmp_path / "acc.json").write_text(json.dumps({"distributed_type": "MULTI_GPU", "mixed_precision": "bf16"}))
-    out = render_json(tmp_path, "train.py")
+    out = render_json(tmp_path, "-p", "slurm-local", "train.py")
     job = effective(out)
-    assert (job["use_cpu"], job["mixed_precision"], job["nproc_per_node"]) == (True, "fp16", 2)
+    # the default file describes the machine `accelerate config` ran on: its shape is not applied to the job
+    assert (job["use_cpu"], job["mixed_precision"], job["num_processes"], job["strategy"]) == (None, "fp16", None, "ddp")
     assert out["effective"]["mixed_precision"]["source"] == f"accelerate default config {default} (mixed_precision)"
-    # --config_file beats the default file, key by key
+    assert "num_processes, distributed_type MULTI_CPU: not applied from Accelerate's default file" in out["stderr"]
+    # --config_file beats the default file, key by key, and a named file's shape is applied
+    (tmp_path / "cpu.yaml").write_text("distributed_type: MULTI_CPU\nnum_processes: 2\n")
     job = effective(render_json(tmp_path, "--config_file", "acc.json", "train.py"))
-    assert (job["use_cpu"], job["mixed_precision"], job["strategy"]) == (True, "bf16", "ddp")
+    assert (job["use_cpu"], job["mixed_precision"], job["strategy"]) == (None, "bf16", "ddp")
+    job = effective(render_json(tmp_path, "--config_file", "cpu.yaml", "train.py"))
+    assert (job["use_cpu"], job["nproc_per_node"]) == (True, 2)
     # XDG_CACHE_HOME moves it when HF_HOME is unset, as in Accelerate
     env = {"HF_HOME": "", "XDG_CACHE_HOME": str(tmp_path / "cache")}
     assert render_json(tmp_path, "train.py", env=env)["runtime_config"].get("mixed_precision") is None
@@ -332,7 +337,7 @@ def test_config_asks_accelerates_questions_and_writes_the_default_job_file(tmp_p
     assert hpc(tmp_path, "config", "default").returncode == 2  # the file exists: never overwritten
     flags_only = hpc(tmp_path, "config", "--strategy", "deepspeed", "--zero-stage", "3", "-y", "-o", "ds.yaml")
     assert flags_only.returncode == 0, flags_only.stderr
-    ds = effective(render_json(tmp_path, "--config", "ds.yaml", "t.py"))
+    ds = effective(render_json(tmp_path, "-p", "slurm-local", "--config", "ds.yaml", "t.py"))
     assert (ds["strategy"], ds["zero_stage"], ds["offload_param"]) == ("deepspeed", 3, False)
     no_input = hpc(tmp_path, "config", "-o", "x.yaml", input="")
     assert no_input.returncode == 2 and "no answer for 'nodes'" in no_input.stderr
@@ -489,7 +494,7 @@ def test_accelerates_slurm_multinode_script_with_hpc_in_place_of_accelerate(slur
     assert len(ranks) == 4 and {r["world"] for r in ranks} == {4} and {r["sum"] for r in ranks} == {6.0}, log
     assert sorted(r["host"] for r in ranks) == ["node1", "node1", "node2", "node2"] and {r["omp"] for r in ranks} == {"2"}
     assert "first: 0" in log and "second: 2" in log, log
-    assert "--machine_rank 5, but SLURM says 0 (SLURM_NODEID)" in log, log
+    assert "machine_rank 5 (a flag or the config file), but SLURM says 0 (SLURM_NODEID)" in log, log
     assert "hpc: note" not in log  # checked against SLURM, so nothing to explain
     assert job.returncode == 0, job.stderr
 
@@ -538,3 +543,16 @@ def test_torch_dynamo_plugin_compiles_in_place(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((tmp_path / "out.json").read_text()) == {"blocks": [True, True], "whole": False,
                                                                "names_kept": True}
+
+
+def test_review_fixes_env_adds_up_omp_from_env_wins_fsdp1_strategy_kept(tmp_path):
+    (tmp_path / "job.yaml").write_text("env: {WANDB_PROJECT: x}\n")
+    out = render_json(tmp_path, "-p", "slurm-local", "-c", "2", "--config", "job.yaml", "--env", "NCCL_DEBUG=INFO",
+                      "--env", "OMP_NUM_THREADS=4", "t.py")
+    lines = out["script"].splitlines()
+    assert {"export WANDB_PROJECT=x", "export NCCL_DEBUG=INFO", "export OMP_NUM_THREADS=4"} <= set(lines)
+    assert sum(line.startswith("export OMP_NUM_THREADS") for line in lines) == 1  # the job's own, not cpus_per_task
+    (tmp_path / "fsdp1.yaml").write_text("distributed_type: FSDP\nfsdp_config:\n  fsdp_reshard_after_forward: "
+                                         "HYBRID_SHARD\n")
+    job = effective(render_json(tmp_path, "--config_file", "fsdp1.yaml", "t.py"))
+    assert (job["fsdp_sharding_strategy"], job["fsdp_reshard_after_forward"]) == ("HYBRID_SHARD", True)

@@ -13,6 +13,8 @@ WORKER = textwrap.dedent("""
     from hpc import Accelerator
 
     acc = Accelerator(project_dir="proj", auto_resume=True)
+    with acc.main_process_first():  # loading data before prepare(): no resume yet, there is nothing to restore
+        pass
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -96,6 +96,9 @@ def _answers_to_job(answers: dict) -> dict:
         job[q.key] = value
     if job.get("strategy") == "none":
         job.pop("strategy")
+    for key, default in (("nodes", 1), ("mixed_precision", "no"), ("gradient_accumulation_steps", 1)):
+        if job.get(key) == default:  # the built-in default: written, it would outrank a profile or --elastic
+            job.pop(key)
     if job.get("nproc_per_node") == 0:
         job.pop("nproc_per_node")
     if job.get("dynamo_backend") == "no":

@@ -62,7 +62,6 @@ def launch(nproc, launcher, elastic, as_module, quiet_short, target, args, **acc
     from hpc.config import checks
 
     given = accelerate_flags.pop(accelerate)
-    as_module = as_module or bool(given.pop("module", False))
     no_python = bool(given.pop("no_python", False))
     given.pop("quiet", None)  # hpc launch execs: no launcher traceback of its own to hide
     request = launch_plan.read_settings(given)
@@ -119,9 +118,11 @@ def _local_processes(nproc, as_module, no_python, target, args, values) -> list[
 
     key = "module" if as_module else ("script" if target.endswith(".py") and not no_python else "command")
     flags = {key: [target] if key == "command" else target, "args": list(args), "nproc_per_node": nproc}
-    for name in ("main_process_port", "cpu_threads_per_process", "gpu_ids"):
+    for name in ("main_process_port", "cpu_threads_per_process", "gpu_ids", "max_restarts", "monitor_interval"):
         if values.get(name) is not None:
             flags[name] = values[name]
+    if values.get("max_restarts") or values.get("monitor_interval") is not None:
+        flags["launcher"] = "torchrun"  # restarts and their monitoring are torchrun's agent's
     effective = precedence.resolve("local", [precedence.flag_layer(flags)])
     job_dir = tempfile.mkdtemp(prefix="hpc-launch-")
     plan = backends.for_profile(effective.profile).plan(effective, job_dir, workdir=os.getcwd())

@@ -31,7 +31,7 @@ def read_settings(flags: dict[str, Any]) -> Request:
     config_file = flags.pop("config_file", None)
     path = config_file or accelerate_file.default_path()
     raw = accelerate_settings.flatten(accelerate_file.read(path)) if path else {}
-    parts = [accelerate_file.translate(path)] if path else []
+    parts = [accelerate_file.translate(path, default_file=not config_file)] if path else []
     parts.append(accelerate_settings.translate(flags, "command line", spell=lambda s: f"--{s}"))
     request = Request()
     for part in parts:
@@ -79,12 +79,12 @@ def check_against_slurm(expected: dict[str, Any], node, nproc_per_agent: int | N
               ("num_processes", world, "the step's tasks x processes per node")]
     for name, actual, source in checks:
         if name in expected and expected[name] != actual:
-            raise HpcError(f"--{name} {expected[name]}, but SLURM says {actual} ({source})",
-                           fix=f"drop --{name}: in a SLURM job hpc takes it from SLURM")
+            raise HpcError(f"{name} {expected[name]} (a flag or the config file), but SLURM says {actual} ({source})",
+                           fix=f"drop {name}: in a SLURM job hpc takes it from SLURM")
     ip = expected.get("main_process_ip")
     if ip and node.master_addr and not _same_host(str(ip), node.master_addr):
-        raise HpcError(f"--main_process_ip {ip} is not the job's first node {node.master_addr}",
-                       fix="drop --main_process_ip: in a SLURM job hpc takes the first node")
+        raise HpcError(f"main_process_ip {ip} (a flag or the config file) is not the job's first node "
+                       f"{node.master_addr}", fix="drop main_process_ip: in a SLURM job hpc takes the first node")
 
 
 def torchrun_target(as_module: bool, no_python: bool, target: str, args) -> list[str]:

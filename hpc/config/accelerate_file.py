@@ -50,6 +50,7 @@ def read(path: str | Path) -> dict:
     return data
 
 
-def translate(path: str | Path) -> Translation:
+def translate(path: str | Path, default_file: bool = False) -> Translation:
     path = Path(path)
-    return accelerate_settings.translate(read(path), str(path), base=path.absolute().parent)
+    return accelerate_settings.translate(read(path), str(path), base=path.absolute().parent,
+                                         default_file=default_file)

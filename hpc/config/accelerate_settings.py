@@ -113,7 +113,8 @@ def expect(what: str, convert: Callable, note: str) -> Callable:
         if value is None:
             return
         ctx.out.expected[what] = convert(ctx, name, value)
-        ctx.note(name, value, note, slurm=True)
+        if not (what == "machine_rank" and ctx.out.expected[what] == 0):  # Accelerate's default says nothing
+            ctx.note(name, value, note, slurm=True)
 
     return apply
 
@@ -164,6 +165,8 @@ def _mixed_precision(ctx: _Context, name: str, value: Any) -> None:
     if mode not in allowed:
         ctx.fail(name, value, "is not a precision", f"use one of {', '.join(allowed)}")
     ctx.out.values["mixed_precision"] = mode
+    if mode == "fp8":
+        ctx.note(name, value, "hpc's Accelerator has no fp8 recipe yet and stops the job with one line; use bf16")
 
 
 def _num_processes(ctx: _Context, name: str, value: Any) -> None:
@@ -247,8 +250,11 @@ def _layer_classes(ctx: _Context, name: str, value: Any) -> None:
 
 def _reshard(ctx: _Context, name: str, value: Any) -> None:
     text = str(value).strip().upper()
-    if text in _SHARDING:  # FSDP1 spelled it as a sharding strategy
+    if text.isdigit() and 1 <= int(text) <= len(_SHARDING):
+        text = _SHARDING[int(text) - 1]
+    if text in _SHARDING:  # Accelerate >= 1.6 writes FSDP1's sharding strategy here
         ctx.out.values["fsdp_reshard_after_forward"] = text in ("FULL_SHARD", "HYBRID_SHARD")
+        ctx.out.values.setdefault("fsdp_sharding_strategy", text)
         return
     ctx.out.values["fsdp_reshard_after_forward"] = _bool(ctx, name, value)
 
@@ -413,13 +419,30 @@ def flatten(settings: dict) -> dict[str, tuple[str, Any]]:
     return flat
 
 
+# where and on what the job runs: a named file or flag says it for this job; Accelerate's default file says it for
+# the machine `accelerate config` ran on (often a laptop or login node), so from there it is not applied
+MACHINE_SHAPE = ("num_processes", "num_machines", "machine_rank", "main_process_ip", "main_process_port", "use_cpu",
+                 "gpu_ids", "cpu")
+
+
 def translate(settings: dict, where: str, *, base: Path | None = None,
-              spell: Callable[[str], str] | None = None) -> Translation:
+              spell: Callable[[str], str] | None = None, default_file: bool = False) -> Translation:
     """Accelerate's settings (flat or as a config file nests them) -> hpc job keys, notes and expectations."""
     out = Translation()
-    written = {name: as_written for name, (as_written, _) in flatten(settings).items()}
+    flat = flatten(settings)
+    if default_file:
+        shape = [n for n in MACHINE_SHAPE if n in flat]
+        if str(flat.get("distributed_type", (None, ""))[1]).upper() == "MULTI_CPU":
+            flat["distributed_type"] = (flat["distributed_type"][0], "MULTI_GPU")  # data parallel, device aside
+            shape.append("distributed_type MULTI_CPU")
+        for name in MACHINE_SHAPE:
+            flat.pop(name, None)
+        if shape:
+            out.notes.append(f"{where}: {', '.join(shape)}: not applied from Accelerate's default file (it describes "
+                             "the machine `accelerate config` ran on); name it with --config_file to use them")
+    written = {name: as_written for name, (as_written, _) in flat.items()}
     ctx = _Context(where, spell or (lambda name: written.get(name, name)), base, out)
-    for name, (as_written, value) in flatten(settings).items():
+    for name, (as_written, value) in flat.items():
         handler = _handler(name)
         if handler is None:
             from hpc.config.validate import unknown_key_error

@@ -118,7 +118,8 @@ def default_layers(config_file: str | None, environ: Mapping[str, str] | None = 
     layers = []
     default = accelerate_file.default_path(environ)
     if default is not None:
-        layers.append(accelerate_layer(accelerate_file.translate(default), f"accelerate default config {default}",
+        layers.append(accelerate_layer(accelerate_file.translate(default, default_file=True),
+                                       f"accelerate default config {default}",
                                        str(default)))
     own = default_job_file()
     if own.is_file():
@@ -164,7 +165,10 @@ def resolve(profile_ref: str | None, layers: list[Layer]) -> Effective:
     for i, layer in enumerate(stack):
         for key, raw in layer.values.items():
             spelled = layer.spell(key)
-            values[key] = check_field(JobSpec, key, raw, layer.where, spelled, from_text=layer.from_text)
+            checked = check_field(JobSpec, key, raw, layer.where, spelled, from_text=layer.from_text)
+            if key == "env" and isinstance(values.get("env"), dict):
+                checked = {**values["env"], **checked}  # variables add up, as `--env` and profiles' env do
+            values[key] = checked
             sources[key] = f"{layer.label} ({spelled})" if layer.from_text else layer.label
             located[key] = (layer.where, spelled)
             level[key] = i
@@ -174,8 +178,12 @@ def resolve(profile_ref: str | None, layers: list[Layer]) -> Effective:
         values.pop(loser)
         sources[loser] = f"dropped ({winner} is set higher up)"
     if values.get("num_processes") and values.get("nproc_per_node"):
-        # Accelerate's total and hpc's per node: the one set higher up wins; set together, they must agree
-        if level["num_processes"] < level["nproc_per_node"]:
+        # Accelerate's total and hpc's per node: the one set higher up wins; both on the command line, they must
+        # agree (checked once nodes is known)
+        same_line = located["num_processes"][0] == located["nproc_per_node"][0] == "command line"
+        if same_line:
+            pass
+        elif level["num_processes"] < level["nproc_per_node"]:
             values.pop("num_processes")
             sources["num_processes"] = "dropped (nproc_per_node is set higher up)"
         elif level["num_processes"] > level["nproc_per_node"]:

@@ -142,6 +142,15 @@ class Accelerator:
         name rather than ignored."""
         _refuse_unsupported(torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin,
                             deepspeed_plugins=deepspeed_plugins, parallelism_config=parallelism_config)
+        if not device_placement:
+            raise HpcError("Accelerator(device_placement=False) is not supported by hpc (prepare() places models "
+                           "and batches on the process's device)", fix="drop device_placement")
+        if rng_types is not None:
+            raise HpcError("Accelerator(rng_types=...) is not supported by hpc: its data order is seeded by (seed, "
+                           "epoch), so no random state needs synchronising", fix="drop rng_types")
+        if project_config is not None and project_config.save_on_each_node:
+            raise HpcError("ProjectConfiguration(save_on_each_node=True) is not supported by hpc (checkpoints go to "
+                           "the shared project folder)", fix="drop save_on_each_node")
         if isinstance(deepspeed_plugin, dict) and deepspeed_plugin and all(
                 isinstance(v, DeepSpeedPlugin) for v in deepspeed_plugin.values()):
             raise HpcError("several named DeepSpeed plugins are not supported by hpc",
@@ -161,7 +170,6 @@ class Accelerator:
             self.project_configuration.set_directories(str(project_dir))
         project_dir = self.project_configuration.project_dir
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
-        self.rng_types = list(rng_types) if rng_types is not None else None
         config = runtime_config.current()  # empty outside an hpc job
         from_env = accelerate_settings.from_environ(os.environ)
         settings = {**from_env.values, **{k: v for k, v in config.items() if v is not None}}
@@ -181,6 +189,9 @@ class Accelerator:
         cls = plugin_strategy(kind)
         cpu = cpu or bool(settings.get("use_cpu"))
         group = self.handlers.get(InitProcessGroupKwargs) or InitProcessGroupKwargs()
+        if group.init_method is not None:
+            raise HpcError("InitProcessGroupKwargs(init_method=...) is not used by hpc (ranks meet at MASTER_ADDR:"
+                           "MASTER_PORT, env://)", fix="drop init_method")
         self.state = ProcessState.start(cpu=cpu, need_group=cls is not None and cls.needs_process_group,
                                         backend=group.backend, timeout=group.timeout)
         self.debug = bool(settings.get("debug"))  # collectives first check that every rank's shapes agree
@@ -209,7 +220,11 @@ class Accelerator:
             config.get(key) if config.get(key) is not None else default)
         self._auto_resume_pending = bool(setting(auto_resume, "auto_resume", False))
         self.checkpoint_async = bool(setting(checkpoint_async, "checkpoint_async", False))
-        self._checkpoint_keep = int(setting(checkpoint_keep, "checkpoint_keep", MIN_KEEP))
+        limit = self.project_configuration.total_limit  # Accelerate's name for how many checkpoints to keep
+        self._checkpoint_keep = int(setting(checkpoint_keep, "checkpoint_keep", max(limit or MIN_KEEP, MIN_KEEP)))
+        if limit is not None and limit < MIN_KEEP and self.is_main_process:
+            print(f"hpc: note: ProjectConfiguration(total_limit={limit}): hpc keeps {MIN_KEEP} checkpoints (the "
+                  "newest may be damaged by a crash mid-save; the one before it must exist)", file=sys.stderr)
         self._checkpoint_fsync = bool(setting(checkpoint_fsync, "checkpoint_fsync", False))
         self._checkpointer: Checkpointer | None = None
         self._preemption = config.get("preemption") or {}
@@ -305,7 +320,7 @@ class Accelerator:
         new_models, new_optimizers = self.strategy.prepare([objects[i] for i in models],
                                                            [objects[i] for i in optimizers], hints)
         for i, model in zip(models, new_models):
-            out[i] = self._compile(model)
+            out[i] = self._compile(model, self.strategy.unwrap(model))
             self._models.append(out[i])
         for i, opt in zip(optimizers, new_optimizers):
             out[i] = AcceleratedOptimizer(opt, self, user_optimizer=objects[i])
@@ -339,11 +354,13 @@ class Accelerator:
         """One micro-step: gradients are all-reduced only at the end of a window (or of the data)."""
         self._resume_if_asked()
         self.step += 1
-        sync = self.step % self.gradient_accumulation_steps == 0 or self.gradient_state.end_of_dataloader
+        plugin = self.gradient_accumulation_plugin or GradientAccumulationPlugin()
+        sync = self.step % self.gradient_accumulation_steps == 0 or (
+            plugin.sync_with_dataloader and self.gradient_state.end_of_dataloader)
         self.gradient_state.sync_gradients = sync
         self.strategy.micro_step(sync)
         with contextlib.ExitStack() as stack:
-            if not sync:
+            if not sync and not plugin.sync_each_batch:  # sync_each_batch: reduce every micro-batch (less memory)
                 for model in models or self._models:
                     stack.enter_context(self.strategy.no_sync(model))
             yield
@@ -572,7 +589,9 @@ class Accelerator:
         return self._restore(folder) if folder is not None else None
 
     def _resume_if_asked(self) -> None:
-        if self._auto_resume_pending:
+        # not before prepare() has the model or optimizer: main_process_first() around dataset loading waits for
+        # everyone before it, and a resume then would restore the counters and nothing else
+        if self._auto_resume_pending and (self._models or self._optimizers):
             self.resume()
 
     def _restore(self, folder: Path) -> ResumeInfo:

@@ -47,7 +47,8 @@ class Compile:
                    dynamic=settings.get("dynamo_use_dynamic"),
                    regional=bool(settings.get("dynamo_use_regional_compilation")))
 
-    def __call__(self, model: torch.nn.Module) -> torch.nn.Module:
+    def __call__(self, model: torch.nn.Module, inner: torch.nn.Module | None = None) -> torch.nn.Module:
+        """Compile ``inner`` (the model inside a DDP wrapper or DeepSpeed engine) in place; return ``model``."""
         if self.backend is None:
             return model
         if self.backend not in torch._dynamo.list_backends(exclude_tags=()):
@@ -56,7 +57,8 @@ class Compile:
         options = {"backend": self.backend, "mode": self.mode, "fullgraph": self.fullgraph, "dynamic": self.dynamic}
         # in place (Module.compile), not torch.compile's wrapper: state_dict keys, checkpoints and
         # isinstance checks stay what they were
-        blocks = [b for m in model.modules() if isinstance(m, torch.nn.ModuleList) for b in m] if self.regional else []
-        for block in blocks or [model]:  # a block compiled once serves every repeat: time does not grow with depth
+        target = inner if inner is not None else model
+        blocks = [b for m in target.modules() if isinstance(m, torch.nn.ModuleList) for b in m] if self.regional else []
+        for block in blocks or [target]:  # a block compiled once serves every repeat: time does not grow with depth
             block.compile(**options)
         return model

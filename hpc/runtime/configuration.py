@@ -25,7 +25,8 @@ class DataLoaderConfiguration:
 @dataclass
 class GradientAccumulationPlugin:
     num_steps: int | None = None
-    adjust_scheduler: bool = True  # a scheduler steps once per window, as if there were no accumulation
+    # schedulers never step on accumulation micro-steps either way (Accelerate only counts those calls)
+    adjust_scheduler: bool = True
     sync_with_dataloader: bool = True  # the end of the data closes a window early
     sync_each_batch: bool = False  # all-reduce every micro-batch (less memory, more traffic)
 
@@ -41,10 +42,12 @@ class ProjectConfiguration:
     # trackers write here; default project_dir/logs (Accelerate's default is project_dir itself: hpc keeps the
     # checkpoints/ and logs/ of a project apart)
     logging_dir: str | None = None
-    automatic_checkpoint_naming: bool = False  # save_state() with no folder writes checkpoints/checkpoint_<i>
-    total_limit: int | None = None  # checkpoints kept
+    # hpc always names them: save_state() with no folder writes checkpoints/step-<N> (Accelerate's automatic naming
+    # writes checkpoints/checkpoint_<iteration>)
+    automatic_checkpoint_naming: bool = False
+    total_limit: int | None = None  # checkpoints kept (at least 2: the newest may be damaged by a crash mid-save)
     iteration: int = 0
-    save_on_each_node: bool = False
+    save_on_each_node: bool = False  # refused: checkpoints go to the shared project folder
 
     def set_directories(self, project_dir: str | None = None) -> None:
         self.project_dir = project_dir

@@ -65,24 +65,30 @@ def write(state: dict, folder: str | os.PathLike, max_shard_size: int | str = "1
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     limit = parse_size(max_shard_size)
-    state = {k: v.detach().cpu() for k, v in state.items()}
     dropped: list[str] = []
-    if safe_serialization:
+    if safe_serialization:  # before the copy to the CPU: tied weights share memory only where they live
         state, dropped = _untie(state)
+    state = {k: v.detach().cpu() for k, v in state.items()}
     stem, suffix = ("model", ".safetensors") if safe_serialization else ("pytorch_model", ".bin")
     shards = _shards(state, limit)
     names = [f"{stem}{suffix}"] if len(shards) == 1 else [
         f"{stem}-{i + 1:05d}-of-{len(shards):05d}{suffix}" for i in range(len(shards))]
-    for name, shard in zip(names, shards):
-        tmp = folder / f".{name}.tmp{os.getpid()}"
+    temps = [folder / f".{name}.tmp{os.getpid()}" for name in names]
+    for tmp, shard in zip(temps, shards):
         if safe_serialization:
             from safetensors.torch import save_file
 
             save_file(shard, str(tmp), metadata={"format": "pt"})
         else:
             torch.save(shard, tmp)
-        os.replace(tmp, folder / name)
+    # the earlier save stops being loadable before its files are replaced one by one: a crash in between leaves
+    # no index and no single file to take a mix of two saves for a model
     index = folder / f"{stem}{suffix}.index.json"
+    for old in (index, folder / f"{stem}{suffix}"):
+        if old.exists():
+            old.unlink()
+    for tmp, name in zip(temps, names):
+        os.replace(tmp, folder / name)
     if len(shards) > 1:
         weight_map = {key: name for name, shard in zip(names, shards) for key in shard}
         total = sum(t.numel() * t.element_size() for t in state.values())
@@ -90,8 +96,6 @@ def write(state: dict, folder: str | os.PathLike, max_shard_size: int | str = "1
         tmp.write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n")
         os.replace(tmp, index)
         names.append(index.name)
-    elif index.exists():
-        index.unlink()
     stale = re.compile(rf"^{re.escape(stem)}(-\d{{5}}-of-\d{{5}})?{re.escape(suffix)}$")
     for old in folder.iterdir():
         if stale.match(old.name) and old.name not in names:

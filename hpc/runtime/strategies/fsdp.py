@@ -117,13 +117,21 @@ class FSDPStrategy(Strategy):
             raise HpcError("sync_module_states: rank 0's model is on the meta device; it must hold the weights",
                            fix="load the weights on rank 0 (cpu_ram_efficient_loading loads them there only)")
         model.to_empty(device="cpu" if self.plugin.cpu_offload else self.state.device)
+        if callable(getattr(model, "tie_weights", None)):  # to_empty unties shared weights (transformers re-ties)
+            model.tie_weights()
 
     def _broadcast_from_rank0(self, model: torch.nn.Module) -> None:
         if not dist.is_initialized():
             return
+        tensors = [*model.parameters(), *model.buffers()]
+        counts = [None] * dist.get_world_size()
+        dist.all_gather_object(counts, len(tensors))
+        if len(set(counts)) > 1:  # one broadcast per tensor: different counts would pair the wrong tensors
+            raise HpcError(f"sync_module_states: the ranks' models hold different numbers of tensors ({counts})",
+                           fix="build the same model on every rank (tied weights tied on every rank)")
         device = self.state.device
         with torch.no_grad():
-            for tensor in [*model.parameters(), *model.buffers()]:
+            for tensor in tensors:
                 if tensor.device == device:
                     dist.broadcast(tensor.data, src=0)
                 else:  # offloaded to the CPU: NCCL broadcasts device memory only
