@@ -46,6 +46,18 @@ WORKER = textwrap.dedent("""
     opt = acc.prepare(ScheduleFree(linear.parameters(), lr=0.1))
     opt.eval(); opt.train()
     out["optimizer_modes"] = ScheduleFree.calls
+    out["facts"] = [acc.use_distributed, acc.split_batches, acc.even_batches, acc.is_fsdp2, acc.multi_device]
+    m2 = acc.prepare_model(torch.nn.Linear(2, 1))
+    o2 = acc.prepare_optimizer(torch.optim.SGD(m2.parameters(), lr=0.1))
+    with acc.join_uneven_inputs([m2]):  # rank 1 runs out of data a step early: rank 0's last step must not hang
+        for _ in range(3 - acc.process_index):
+            o2.zero_grad()
+            m2(torch.ones(1, 2)).sum().backward()
+            o2.step()
+    with acc.no_sync(m2), acc.trigger_sync_in_backward(m2):  # all-reduced after all
+        o2.zero_grad()
+        m2(torch.ones(1, 2) * (acc.process_index + 1)).sum().backward()
+    out["synced_grad"] = acc.gather(m2.module.weight.grad.reshape(1, -1)).tolist()
     acc.init_trackers("run")
     out["tracker"] = type(acc.get_tracker("tensorboard", unwrap=True)).__name__
     acc.get_tracker("wandb").log({"x": 1})  # not started: does nothing
@@ -103,6 +115,8 @@ def test_collective_helpers_and_decorators(run):
     assert (out["autocast_off_dtype"], out["autocast_on_dtype"]) == ("torch.float32", "torch.bfloat16")
     assert out["profiled"] and out["optimizer_modes"] == ["eval", "train"]
     assert out["tracker"] == "SummaryWriter" and out["freed"] == [0, 0]
+    assert out["facts"] == [True, False, True, False, False]
+    assert out["synced_grad"] == [[1.5, 1.5], [1.5, 1.5]]  # the mean of rank 0's 1 and rank 1's 2
 
 
 def test_profile_writes_a_trace_per_rank(run):

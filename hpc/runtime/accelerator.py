@@ -299,6 +299,63 @@ class Accelerator:
     def sync_gradients(self) -> bool:
         return self.gradient_state.sync_gradients
 
+    # Accelerate's read-only facts about this run
+    @property
+    def use_distributed(self) -> bool:
+        return self.num_processes > 1
+
+    @property
+    def multi_device(self) -> bool:
+        return self.use_distributed and self.device.type != "cpu"
+
+    @property
+    def split_batches(self) -> bool:
+        return self.dataloader_config.split_batches
+
+    @property
+    def dispatch_batches(self):
+        return self.dataloader_config.dispatch_batches
+
+    @property
+    def even_batches(self) -> bool:
+        return self.dataloader_config.even_batches
+
+    @property
+    def non_blocking(self) -> bool:
+        return self.dataloader_config.non_blocking
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        return self.dataloader_config.use_seedable_sampler
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        return self.dataloader_config.use_stateful_dataloader
+
+    @property
+    def logging_dir(self) -> Path:
+        return Path(self.project_configuration.logging_dir or self.project_dir / "logs")
+
+    @property
+    def save_iteration(self) -> int:
+        return self.project_configuration.iteration
+
+    @property
+    def deepspeed_plugin(self):
+        return self.strategy.plugin if self.strategy.name == "deepspeed" else None
+
+    @property
+    def is_fsdp2(self) -> bool:
+        return self.strategy.name == "fsdp"  # hpc's FSDP is FSDP2 (fully_shard)
+
+    @property
+    def fp8_backend(self):
+        return None  # no fp8 recipe in hpc yet
+
+    @property
+    def should_save_model(self) -> bool:
+        return True
+
     # --- prepare ----------------------------------------------------------------------------------
     def prepare(self, *objects: Any):
         """Models, optimizers, dataloaders and schedulers, in any order; returned in the same order.
@@ -336,6 +393,24 @@ class Accelerator:
         self._schedulers.append(wrapped)
         return wrapped
 
+    # one kind at a time, as Accelerate spells it; the same path as prepare()
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False):
+        if device_placement is False:
+            raise HpcError("prepare_model(device_placement=False) is not supported by hpc", fix="drop it")
+        return self.prepare(model)
+
+    def prepare_optimizer(self, optimizer, device_placement: bool | None = None):
+        return self.prepare(optimizer)
+
+    def prepare_scheduler(self, scheduler):
+        return self.prepare(scheduler)
+
+    def prepare_data_loader(self, data_loader, device_placement: bool | None = None, slice_fn_for_dispatch=None):
+        if slice_fn_for_dispatch is not None:
+            raise HpcError("prepare_data_loader(slice_fn_for_dispatch=...) is not supported by hpc (each rank is "
+                           "sent its own whole batch)", fix="drop it")
+        return self.prepare(data_loader)
+
     def register_for_checkpointing(self, *objects) -> None:
         """Objects with state_dict()/load_state_dict() saved and restored with the training state."""
         for obj in objects:
@@ -364,6 +439,41 @@ class Accelerator:
                 for model in models or self._models:
                     stack.enter_context(self.strategy.no_sync(model))
             yield
+
+    @contextlib.contextmanager
+    def trigger_sync_in_backward(self, model: torch.nn.Module):
+        """Inside no_sync (a manual accumulation), make the next backward all-reduce anyway (DDP only)."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        if not isinstance(model, DistributedDataParallel):
+            yield
+            return
+        before = model.require_backward_grad_sync, model.require_forward_param_sync
+        model.require_backward_grad_sync = model.require_forward_param_sync = True
+        model.reducer.prepare_for_backward([])  # the reducer expects this call from a forward
+        try:
+            yield
+        finally:
+            model.require_backward_grad_sync, model.require_forward_param_sync = before
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(self, joinables, even_batches: bool | None = None):
+        """Ranks with fewer batches than others join the collectives of the ones still training (DDP's Join)."""
+        if even_batches is not None and even_batches != self.dataloader_config.even_batches:
+            raise HpcError("join_uneven_inputs(even_batches=...) cannot change prepared loaders in hpc",
+                           fix="set DataLoaderConfiguration(even_batches=False) before prepare()")
+        if not self.use_distributed or self.strategy.name != "ddp":
+            yield
+            return
+        from torch.distributed.algorithms.join import Join
+
+        with Join(joinables):
+            yield
+
+    def unscale_gradients(self, optimizer=None) -> None:
+        """fp16: divide the gradients by the loss scale now (once per step), e.g. to look at them."""
+        for opt in ([optimizer] if optimizer is not None else self._optimizers):
+            opt.unscale_once()
 
     @contextlib.contextmanager
     def no_sync(self, model: torch.nn.Module):
@@ -736,6 +846,10 @@ class Accelerator:
             if self._resumed_step is not None:  # trackers started after the resume continue the run too
                 tracker.resumed_at(self._resumed_step)
             self._trackers.append(tracker)
+
+    def clear(self, *objects):
+        """Accelerate's other name for free_memory."""
+        return self.free_memory(*objects)
 
     def get_tracker(self, name: str, unwrap: bool = False):
         """The tracker started for ``name`` (its own run object with unwrap=True, e.g. the SummaryWriter); on
