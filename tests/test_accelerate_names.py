@@ -375,3 +375,21 @@ def test_local_sgd_is_off_with_one_process(single):
     with pytest.raises(HpcError, match="local_sgd_steps=0"):
         LocalSGD(accelerator, model, local_sgd_steps=0)
     accelerator.end_training()
+
+
+def test_every_name_the_readme_table_lists_as_there_imports_from_hpc():
+    import importlib
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### Porting from Accelerate", 1)[1].split("\n### ", 1)[0]
+    rows = [line.split("|")[1:4] for line in section.splitlines() if line.startswith("| `accelerate")]
+    assert len(rows) == 7
+    for module_cell, there, _ in rows:
+        module = "hpc" + module_cell.strip().strip("`").removeprefix("accelerate")
+        names = re.findall(r"`([A-Za-z_]+)`", there)
+        assert names, module
+        imported = importlib.import_module(module)
+        missing = [n for n in names if not hasattr(imported, n)]
+        assert not missing, f"{module} lacks {missing}"
