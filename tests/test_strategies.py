@@ -138,8 +138,8 @@ FOUR = HERE.parent / "scripts" / "examples" / "four_lines.py"
 
 
 @pytest.mark.slurm
-@pytest.mark.parametrize("flags,kind", [(["--strategy", "fsdp"], "fsdp"),
-                                        (["--strategy", "deepspeed", "--zero-stage", "2"], "deepspeed")])
+@pytest.mark.parametrize("flags,kind", [(["--strategy", "fsdp"], "FSDP"),
+                                        (["--strategy", "deepspeed", "--zero-stage", "2"], "DEEPSPEED")])
 def test_two_node_fsdp_and_zero2_jobs_run_to_completion_on_slurm(slurm, tmp_path, flags, kind):
     """The strategy is chosen by a flag only: the 4-line example's code does not change."""
     from tests.jobhelpers import hpc
