@@ -121,10 +121,10 @@ def container_args(profile: ClusterProfile, job: JobSpec) -> tuple[list[str], li
 def job_environment(job: JobSpec, profile: ClusterProfile) -> dict[str, str]:
     """What every process gets exported, lowest first: the variables `accelerate launch` would have set for
     this job's settings, then the profile's env, then the job's."""
-    from hpc.config import accelerate_settings
+    from hpc.config.accelerate_exports import to_environ
     from hpc.config.training import training_values
 
-    env = accelerate_settings.to_environ({**training_values(job), "mixed_precision": job.mixed_precision,
+    env = to_environ({**training_values(job), "mixed_precision": job.mixed_precision,
                                           "gradient_accumulation_steps": job.gradient_accumulation_steps})
     if job.gpu_ids:
         env["CUDA_VISIBLE_DEVICES"] = job.gpu_ids

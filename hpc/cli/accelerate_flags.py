@@ -1,7 +1,9 @@
 """`accelerate launch`'s flags, accepted by `hpc launch` and `hpc submit` with underscores or dashes.
 
-Each flag is an Accelerate setting (hpc.config.accelerate_settings translates it); declaring them here gives
-click the type and whether the flag takes a value, as Accelerate's argparse declares them.
+Each flag is an Accelerate setting (hpc.config.accelerate_settings translates and checks it); the table says
+whether the flag takes a value, as Accelerate's argparse declares them. `hpc launch` declares them all as click
+options (its --help lists them); the login-path commands take them off the command line before click parses it
+(``take``): a hundred more click options cost every `hpc submit`/`render` about 7 ms.
 """
 
 from __future__ import annotations
@@ -58,15 +60,17 @@ def param(setting: str) -> str:
     return f"acc_{setting}"
 
 
-def options(*, skip: set[str] = frozenset(), hidden: bool = False) -> Callable:
-    """Declare every flag not in ``skip``, spelled --a_b and --a-b."""
+CONFIG_FILE_HELP = ("An Accelerate config file (as `accelerate config` writes it); `accelerate launch`'s other flags "
+                    "are accepted too (README: Coming from Accelerate).")
+
+
+def options() -> Callable:
+    """Declare every flag as a click option, spelled --a_b and --a-b."""
 
     def decorate(fn: Callable) -> Callable:
         for setting, kind in reversed(FLAGS.items()):
-            if setting in skip:
-                continue
             spellings = [f"--{setting}"] + ([f"--{setting.replace('_', '-')}"] if "_" in setting else [])
-            extra: dict[str, Any] = {"hidden": hidden and setting != "config_file", "default": None}
+            extra: dict[str, Any] = {"default": None}
             if kind == FLAG:
                 extra.update(is_flag=True, default=False)
             elif kind == MANY:
@@ -74,8 +78,7 @@ def options(*, skip: set[str] = frozenset(), hidden: bool = False) -> Callable:
             else:
                 extra["type"] = kind
             if setting == "config_file":
-                extra["help"] = ("An Accelerate config file (as `accelerate config` writes it); `accelerate launch`'s "
-                                 "other flags are accepted too (README: Coming from Accelerate).")
+                extra["help"] = CONFIG_FILE_HELP
             fn = click.option(*spellings, param(setting), **extra)(fn)
         return fn
 
@@ -91,3 +94,35 @@ def pop(kwargs: dict) -> dict[str, Any]:
             continue
         given[_SETTING_OF.get(setting, setting)] = list(value) if kind == MANY else value
     return given
+
+
+def take(args: list[str], keep: set[str]) -> tuple[list[str], dict[str, Any]]:
+    """The flags of the table (but ``keep``, the command's own) taken off a command line, up to `--`: the rest
+    for click, and the ones given by setting. Values stay text; the translation converts and checks them."""
+    rest: list[str] = []
+    given: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest += args[i:]
+            break
+        name, eq, inline = arg[2:].partition("=")
+        setting = name.replace("-", "_")
+        kind = FLAGS.get(setting) if arg.startswith("--") and setting not in keep else None
+        if kind is None:
+            rest.append(arg)
+        elif kind == FLAG:
+            if eq:
+                raise click.UsageError(f"{arg}: --{name} takes no value")
+            given[_SETTING_OF.get(setting, setting)] = True
+        else:
+            if not eq:
+                if i + 1 == len(args):
+                    raise click.UsageError(f"--{name} needs a value")
+                i += 1
+                inline = args[i]
+            key = _SETTING_OF.get(setting, setting)
+            given[key] = [*given.get(key, []), inline] if kind == MANY else inline
+        i += 1
+    return rest, given

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import click
 
 from hpc.cli import accelerate_flags
-from hpc.config import accelerate_settings, precedence
+from hpc.config import precedence
 from hpc.config.precedence import Effective
 
 # (flag spellings, job key, click kwargs)
@@ -47,22 +47,30 @@ _FLAGS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
 ]
 
 
-def job_options(fn: Callable) -> Callable:
-    """Add every job flag plus --profile/--config/--set and the TARGET [ARGS]... arguments.
+class JobCommand(click.Command):
+    """A command taking job flags: `accelerate launch`'s flags come off the command line first (the README lists
+    them; --help shows only --config_file), then click parses the rest."""
 
-    `accelerate launch`'s flags are accepted too (hidden from --help; the README lists them).
-    """
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        rest, ctx.meta["hpc.accelerate"] = accelerate_flags.take(args, keep=accelerate_flags.SUBMIT_HAS | {"config_file"})
+        return super().parse_args(ctx, rest)
+
+
+def job_options(fn: Callable) -> Callable:
+    """Add every job flag plus --profile/--config/--set and the TARGET [ARGS]... arguments. The command must be a
+    JobCommand (`@click.command(cls=JobCommand)`), which takes `accelerate launch`'s flags too."""
 
     @click.option("--profile", "-p", "profile", envvar="HPC_PROFILE", help="Cluster profile name or path [env: HPC_PROFILE; default: local].")
     @click.option("--config", "job_file", type=click.Path(dir_okay=False), help="Job file (YAML) with job keys.")
     @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Set any job key. Repeatable.")
     @click.argument("target", required=False)
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-    @accelerate_flags.options(skip=accelerate_flags.SUBMIT_HAS, hidden=True)
+    @click.option("--config_file", "--config-file", "config_file", help=accelerate_flags.CONFIG_FILE_HELP)
     @functools.wraps(fn)
-    def wrapper(*a, **kw):
+    def wrapper(*a, config_file=None, **kw):
         flags = {key: kw.pop(key) for _, key, _ in _FLAGS}
-        flags["accelerate"] = accelerate_flags.pop(kw)
+        given = dict(click.get_current_context().meta.get("hpc.accelerate", {}))
+        flags["accelerate"] = {**given, "config_file": config_file} if config_file else given
         return fn(*a, flags=flags, **kw)
 
     for spellings, key, extra in reversed(_FLAGS):
@@ -95,6 +103,8 @@ def resolve(profile: str | None, job_file: str | None, assignments: tuple[str, .
     if assignments:
         layers.append(precedence.set_layer(list(assignments)))
     if accelerate:
+        from hpc.config import accelerate_settings  # only a command line with Accelerate's flags pays for it
+
         translation = accelerate_settings.translate(accelerate, "command line", spell=lambda s: f"--{s}")
         layers.append(precedence.accelerate_layer(translation, "accelerate flag", "command line"))
     layers.append(precedence.flag_layer(flags))

@@ -57,6 +57,7 @@ def launch(nproc, launcher, elastic, as_module, quiet_short, target, args, **acc
       srun --ntasks-per-node=1 hpc launch --launcher torchrun --nproc 4 train.py
       srun --ntasks-per-node=1 hpc launch --num_processes 8 --num_machines 2 --main_process_ip "$head" train.py
     """
+    from hpc import env as hpc_env
     from hpc import runtime_config
     from hpc.cli import launch_plan
     from hpc.config import checks
@@ -87,8 +88,6 @@ def launch(nproc, launcher, elastic, as_module, quiet_short, target, args, **acc
     in_slurm_step = "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ
     started = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if in_slurm_step and not started:
-        from hpc import env as hpc_env
-
         node = hpc_env.detect()
         agent_per_node = launch_plan.one_task_per_node(os.environ)
         launch_plan.check_against_slurm(request.expected, node, nproc if agent_per_node else None)
@@ -105,8 +104,6 @@ def launch(nproc, launcher, elastic, as_module, quiet_short, target, args, **acc
                                         launch_plan.torchrun_target(as_module, no_python, target, args)))
     if nproc and nproc > 1 and not in_slurm_step and not started:
         _exec(_local_processes(nproc, as_module, no_python, target, args, request.values))
-    from hpc import env as hpc_env
-
     hpc_env.export(hpc_env.detect())
     _exec(_python_target(as_module, no_python, target, args))
 

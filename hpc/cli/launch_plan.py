@@ -30,8 +30,8 @@ def read_settings(flags: dict[str, Any]) -> Request:
     flags = dict(flags)
     config_file = flags.pop("config_file", None)
     path = config_file or accelerate_file.default_path()
-    raw = accelerate_settings.flatten(accelerate_file.read(path)) if path else {}
-    parts = [accelerate_file.translate(path, default_file=not config_file)] if path else []
+    raw = accelerate_file.read(path) if path else {}
+    parts = [accelerate_file.translate(path, default_file=not config_file, settings=raw)] if path else []
     parts.append(accelerate_settings.translate(flags, "command line", spell=lambda s: f"--{s}"))
     request = Request()
     for part in parts:
@@ -46,7 +46,7 @@ def read_settings(flags: dict[str, Any]) -> Request:
         request.environ["CUDA_VISIBLE_DEVICES"] = request.values["gpu_ids"]
     if request.values.get("monitor_interval") is not None:
         request.torchrun_flags.append(f"--monitor_interval={request.values['monitor_interval']}")
-    request.rdzv_backend = str(flags.get("rdzv_backend") or raw.get("rdzv_backend", (None, "static"))[1]).lower()
+    request.rdzv_backend = str(flags.get("rdzv_backend") or raw.get("rdzv_backend") or "static").lower()
     return request
 
 

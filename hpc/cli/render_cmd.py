@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from hpc.cli.job_options import job_options, resolve
+from hpc.cli.job_options import JobCommand, job_options, resolve
 from hpc.cli.output import echo_json, table
 
 
-@click.command(epilog="""\b
+@click.command(cls=JobCommand, epilog="""\b
 Examples:
   hpc render -p slurm-local -N 2 train.py -- --lr 3e-4
   hpc render -p perlmutter -N 4 --launcher torchrun -o job/ train.py

@@ -7,11 +7,11 @@ import sys
 
 import click
 
-from hpc.cli.job_options import job_options, resolve
+from hpc.cli.job_options import JobCommand, job_options, resolve
 from hpc.cli.output import echo_json
 
 
-@click.command(epilog="""\b
+@click.command(cls=JobCommand, epilog="""\b
 Examples:
   hpc submit -p slurm-local -N 2 train.py -- --lr 3e-4
   hpc submit --profile local --nproc 2 --wait train.py

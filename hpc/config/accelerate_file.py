@@ -10,8 +10,6 @@ import json
 import os
 from pathlib import Path
 
-from hpc.config import accelerate_settings
-from hpc.config.accelerate_settings import Translation
 from hpc.errors import HpcError
 
 
@@ -50,7 +48,11 @@ def read(path: str | Path) -> dict:
     return data
 
 
-def translate(path: str | Path, default_file: bool = False) -> Translation:
+def translate(path: str | Path, default_file: bool = False, settings: dict | None = None):
+    """The file's settings (``settings``: as read() gave them already) in hpc's terms, an
+    accelerate_settings.Translation."""
+    from hpc.config import accelerate_settings  # only a job with an Accelerate file pays for the table
+
     path = Path(path)
-    return accelerate_settings.translate(read(path), str(path), base=path.absolute().parent,
-                                         default_file=default_file)
+    return accelerate_settings.translate(read(path) if settings is None else settings, str(path),
+                                         base=path.absolute().parent, default_file=default_file)

@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from hpc.config.accelerate_exports import to_environ  # noqa: F401 - the other direction, for the same callers
 from hpc.errors import ConfigError
 
 TRUE = {"true", "1", "yes", "on"}
 FALSE = {"false", "0", "no", "off", "none", ""}
 
 
-@dataclass
+@dataclass(repr=False, eq=False)  # only __init__: generated methods are compiled on every CLI start
 class Translation:
     values: dict[str, Any] = field(default_factory=dict)  # hpc job keys
     notes: list[str] = field(default_factory=list)  # one line each: a setting hpc honours differently
@@ -30,7 +31,7 @@ class Translation:
     slurm_notes: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class _Context:
     where: str  # the file, "command line" or "environment"
     spell: Callable[[str], str]  # a setting's name as the user wrote it
@@ -179,7 +180,7 @@ def _num_processes(ctx: _Context, name: str, value: Any) -> None:
 def _num_machines(ctx: _Context, name: str, value: Any) -> None:
     n = _int(ctx, name, value)
     if n < 1:
-        ctx.fail(name, value, "must be 1 or more", "write the number of nodes")
+        ctx.fail(name, n, "must be 1 or more", "write the number of nodes")
     ctx.out.values["nodes"] = n
     ctx.out.expected["num_machines"] = n
 
@@ -500,57 +501,3 @@ def from_environ(environ) -> Translation:
     settings = {ENV_SETTINGS[name]: value for name, value in environ.items() if name in ENV_SETTINGS}
     by_setting = {setting: name for name, setting in ENV_SETTINGS.items()}
     return translate(settings, "environment", spell=lambda setting: by_setting.get(setting, setting))
-
-
-# hpc key -> (variable, how its value is spelled there): what `accelerate launch` would have exported
-def _flag(v: Any) -> str:
-    return "true" if v else "false"
-
-
-_EXPORTS: dict[str, tuple[str, Callable[[Any], str]]] = {
-    "mixed_precision": ("ACCELERATE_MIXED_PRECISION", str),
-    "gradient_accumulation_steps": ("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", str),
-    "gradient_clipping": ("ACCELERATE_GRADIENT_CLIPPING", str),
-    "use_cpu": ("ACCELERATE_USE_CPU", _flag),
-    "debug": ("ACCELERATE_DEBUG_MODE", _flag),
-    "dynamo_backend": ("ACCELERATE_DYNAMO_BACKEND", lambda v: str(v).upper()),
-    "dynamo_mode": ("ACCELERATE_DYNAMO_MODE", str),
-    "dynamo_use_fullgraph": ("ACCELERATE_DYNAMO_USE_FULLGRAPH", _flag),
-    "dynamo_use_dynamic": ("ACCELERATE_DYNAMO_USE_DYNAMIC", _flag),
-    "dynamo_use_regional_compilation": ("ACCELERATE_DYNAMO_USE_REGIONAL_COMPILATION", _flag),
-    "fsdp_sharding_strategy": ("FSDP_SHARDING_STRATEGY", str),
-    "fsdp_auto_wrap_policy": ("FSDP_AUTO_WRAP_POLICY",
-                              lambda v: "TRANSFORMER_BASED_WRAP" if v == "TRANSFORMER_AUTO_WRAP" else str(v)),
-    "fsdp_transformer_layer_cls_to_wrap": ("FSDP_TRANSFORMER_CLS_TO_WRAP", lambda v: ",".join(v)),
-    "fsdp_min_num_params": ("FSDP_MIN_NUM_PARAMS", str),
-    "fsdp_cpu_offload": ("FSDP_OFFLOAD_PARAMS", _flag),
-    "fsdp_state_dict_type": ("FSDP_STATE_DICT_TYPE", str),
-    "fsdp_activation_checkpointing": ("FSDP_ACTIVATION_CHECKPOINTING", _flag),
-    "fsdp_reshard_after_forward": ("FSDP_RESHARD_AFTER_FORWARD", _flag),
-    "fsdp_cpu_ram_efficient_loading": ("FSDP_CPU_RAM_EFFICIENT_LOADING", _flag),
-    "fsdp_sync_module_states": ("FSDP_SYNC_MODULE_STATES", _flag),
-    "zero_stage": ("ACCELERATE_DEEPSPEED_ZERO_STAGE", str),
-    "deepspeed_config": ("ACCELERATE_DEEPSPEED_CONFIG_FILE", str),
-    "offload_optimizer": ("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", lambda v: "cpu" if v else "none"),
-    "offload_param": ("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", lambda v: "cpu" if v else "none"),
-}
-_STRATEGY_EXPORTS = {"fsdp": {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"},
-                     "deepspeed": {"ACCELERATE_USE_DEEPSPEED": "true"}}
-
-
-def to_environ(values: dict) -> dict[str, str]:
-    """hpc job keys -> the variables `accelerate launch` exports for them, so that code reading those
-    (transformers' FSDP loading on rank 0 only, Accelerate-aware libraries) sees the same job. The strategy's
-    own settings go only with that strategy, as Accelerate exports them."""
-    strategy = values.get("strategy")
-    env = dict(_STRATEGY_EXPORTS.get(strategy, {}))
-    for key, value in values.items():
-        if value is None or key not in _EXPORTS:
-            continue
-        if (key.startswith("fsdp_") and strategy != "fsdp") or (
-                key in ("zero_stage", "deepspeed_config", "offload_optimizer", "offload_param")
-                and strategy != "deepspeed"):
-            continue
-        name, spell = _EXPORTS[key]
-        env[name] = spell(value)
-    return env

@@ -181,12 +181,10 @@ def resolve(profile_ref: str | None, layers: list[Layer]) -> Effective:
         # Accelerate's total and hpc's per node: the one set higher up wins; both on the command line, they must
         # agree (checked once nodes is known)
         same_line = located["num_processes"][0] == located["nproc_per_node"][0] == "command line"
-        if same_line:
-            pass
-        elif level["num_processes"] < level["nproc_per_node"]:
+        if not same_line and level["num_processes"] < level["nproc_per_node"]:
             values.pop("num_processes")
             sources["num_processes"] = "dropped (nproc_per_node is set higher up)"
-        elif level["num_processes"] > level["nproc_per_node"]:
+        elif not same_line and level["num_processes"] > level["nproc_per_node"]:
             values.pop("nproc_per_node")
             sources.pop("nproc_per_node", None)
     job = JobSpec(**values)

@@ -10,6 +10,8 @@ that can only be iterated, and a stream, are skipped by reading up to there).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -132,12 +134,19 @@ class SkipFirstBatches:
         yield from self.prepared
 
 
-def send_to_device(batch, device: torch.device, non_blocking: bool = False):
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, dict):
-        return type(batch)({k: send_to_device(v, device, non_blocking) for k, v in batch.items()})
+def send_to_device(batch, device, non_blocking: bool = False, skip_keys=None):
+    """Every tensor (and anything with ``.to``, e.g. a tokenizer's BatchEncoding) in the nest moved to ``device``;
+    a mapping's values under ``skip_keys`` stay where they are. Also hpc.utils.send_to_device."""
+    if isinstance(batch, torch.Tensor) or hasattr(batch, "to"):
+        try:
+            return batch.to(device, non_blocking=non_blocking)
+        except TypeError:  # a .to() without non_blocking
+            return batch.to(device)
+    if isinstance(batch, Mapping):
+        skip = [skip_keys] if isinstance(skip_keys, str) else list(skip_keys or [])
+        return type(batch)({k: v if k in skip else send_to_device(v, device, non_blocking, skip_keys)
+                            for k, v in batch.items()})
     if isinstance(batch, (list, tuple)):
-        moved = [send_to_device(v, device, non_blocking) for v in batch]
+        moved = [send_to_device(v, device, non_blocking, skip_keys) for v in batch]
         return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
     return batch

@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from hpc.errors import HpcError
 from hpc.runtime import ops
+from hpc.runtime.data import send_to_device  # noqa: F401 - the prepared loader's, public here as in Accelerate
 
 __all__ = ["broadcast", "broadcast_object_list", "concatenate", "find_batch_size", "gather", "gather_object",
            "honor_type", "is_namedtuple", "is_torch_tensor", "listify", "pad_across_processes", "recursively_apply",
@@ -56,23 +57,6 @@ def recursively_apply(func, data, *args, test_type=is_torch_tensor, error_on_oth
         raise HpcError(f"{name} got a {type(data).__name__}: it takes tensors, or lists, tuples and dicts of them",
                        fix="convert it to a tensor first (gather_object takes any picklable object)")
     return data
-
-
-def send_to_device(tensor, device, non_blocking: bool = False, skip_keys=None):
-    """Every tensor (and anything with ``.to``, e.g. a tokenizer's BatchEncoding) in the nest moved to ``device``;
-    a mapping's values under ``skip_keys`` stay where they are."""
-    if isinstance(tensor, torch.Tensor) or hasattr(tensor, "to"):
-        try:
-            return tensor.to(device, non_blocking=non_blocking)
-        except TypeError:  # a .to() without non_blocking
-            return tensor.to(device)
-    if isinstance(tensor, (tuple, list)):
-        return honor_type(tensor, (send_to_device(t, device, non_blocking, skip_keys) for t in tensor))
-    if isinstance(tensor, Mapping):
-        skip = [skip_keys] if isinstance(skip_keys, str) else list(skip_keys or [])
-        return type(tensor)({k: t if k in skip else send_to_device(t, device, non_blocking, skip_keys)
-                             for k, t in tensor.items()})
-    return tensor
 
 
 def _verified(data, operation: str, world: int):
