@@ -37,7 +37,18 @@ def attach_accelerator(accelerator) -> None:
     """Called by the Accelerator once built: PartialState and AcceleratorState then report its facts."""
     global _accelerator
     _accelerator = weakref.ref(accelerator)
-    PartialState._shared_state.setdefault("process", accelerator.state)
+    PartialState._shared_state.setdefault("process", accelerator._process)
+
+
+_reset_accelerators: "weakref.WeakSet" = weakref.WeakSet()  # detached by AcceleratorState._reset_state()
+
+
+def check_not_reset(accelerator) -> None:
+    """An Accelerator whose state was reset (AcceleratorState._reset_state()) must not go on silently."""
+    if accelerator in _reset_accelerators:
+        raise AttributeError("`AcceleratorState` object has no attribute `distributed_type`. This happens if "
+                             "`AcceleratorState._reset_state()` was called and an `Accelerator` or `PartialState` "
+                             "was not reinitialized.")
 
 
 def is_initialized() -> bool:
@@ -105,6 +116,12 @@ class PartialState:
             raise HpcError(f"PartialState({sorted(kwargs)[0]}=...) after this process's state started",
                            fix="give process group settings to the first PartialState() only, or drop them")
 
+    # every instance is a view of one shared state: equal when the states are (an unpickled copy included)
+    def __eq__(self, other) -> bool:
+        return isinstance(other, PartialState) and self.__dict__ == other.__dict__
+
+    __hash__ = object.__hash__
+
     @staticmethod
     def _reset_state() -> None:
         """Forget the shared state (tests); the process group, if any, stays."""
@@ -142,6 +159,8 @@ class PartialState:
 
     @property
     def distributed_type(self) -> DistributedType:
+        if "distributed_type" in self._shared_state:  # set by a script (AcceleratorState().distributed_type = ...)
+            return self._shared_state["distributed_type"]
         accelerator = _accelerator()
         kind = accelerator.distributed_type if accelerator is not None else None
         return distributed_type_of(kind, self.device, self.num_processes)
@@ -164,11 +183,18 @@ class PartialState:
 
     @property
     def debug(self) -> bool:
-        """Collectives first compare every rank's shapes (ACCELERATE_DEBUG_MODE, or the Accelerator's debug)."""
+        """Collectives first compare every rank's shapes (set here, else ACCELERATE_DEBUG_MODE or the Accelerator's
+        debug)."""
+        if "debug" in self._shared_state:
+            return self._shared_state["debug"]
         accelerator = _accelerator()
         if accelerator is not None:
             return bool(accelerator.debug)
         return bool(_job_setting("debug"))
+
+    @debug.setter
+    def debug(self, value: bool) -> None:
+        self._shared_state["debug"] = bool(value)
 
     def __repr__(self) -> str:
         backend = f"  Backend: {self.backend}" if self.backend else ""
@@ -308,6 +334,27 @@ class AcceleratorState:
             raise AttributeError(name)
         return getattr(self._partial, name)
 
+    @staticmethod
+    def _reset_state(reset_partial_state: bool = False) -> None:
+        """Forget the registered Accelerator (it refuses further prepare() calls) and, if asked, the process
+        state; the process group stays. The next Accelerator() registers afresh."""
+        global _accelerator
+        accelerator = _accelerator()
+        if accelerator is not None:
+            _reset_accelerators.add(accelerator)
+        _accelerator = _no_accelerator
+        PartialState._shared_state.pop("distributed_type", None)
+        if reset_partial_state:
+            PartialState._reset_state()
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        return self._partial.distributed_type
+
+    @distributed_type.setter
+    def distributed_type(self, value: DistributedType) -> None:
+        PartialState._shared_state["distributed_type"] = DistributedType(value)
+
     @property
     def initialized(self) -> bool:
         return is_initialized()
@@ -346,7 +393,7 @@ def wait_for_everyone() -> None:
 
 def __getattr__(name: str):
     if name == "GradientState":  # the Accelerator's own (per Accelerator, not a singleton): loaded on first use
-        from hpc.runtime.accelerator import GradientState
+        from hpc.runtime.gradient_state import GradientState
 
         return GradientState
     raise AttributeError(f"module 'hpc.state' has no attribute {name!r}")

@@ -28,7 +28,7 @@ def save_forever(project: str, megabytes: float) -> None:
         with torch.no_grad():
             for p in model.parameters():
                 p.fill_(step)
-        acc._completed_steps = step
+        acc.training.completed_steps = step
         acc.save_state(async_save=step % 2 == 0)
 
 

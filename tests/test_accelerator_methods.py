@@ -62,7 +62,7 @@ WORKER = textwrap.dedent("""
     out["tracker"] = type(acc.get_tracker("tensorboard", unwrap=True)).__name__
     acc.get_tracker("wandb").log({"x": 1})  # not started: does nothing
     acc.free_memory()
-    out["freed"] = [len(acc._models), len(acc._optimizers)]
+    out["freed"] = [len(acc.training.models), len(acc.training.optimizers)]
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 10, bias=False))
     model[2].weight = model[0].weight  # tied, as language models tie input and output embeddings

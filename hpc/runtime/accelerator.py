@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,21 +34,16 @@ from hpc.runtime.checkpoint.store import MIN_KEEP, CheckpointStore
 from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
 from hpc.runtime.handlers import (AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs,
                                   InitProcessGroupKwargs, ProfileKwargs)
+from hpc.runtime.gradient_state import GradientState
 from hpc.runtime.pace import Pace
 from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from hpc.runtime.precision import Precision, normalize
 from hpc.runtime.state import ProcessState
 from hpc.runtime.strategies import choose, plugin_strategy
 from hpc.runtime import tracking
+from hpc.runtime.training_state import TrainingState
 from hpc.runtime.watchdog import HangWatchdog
 from hpc.runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
-
-
-@dataclass
-class GradientState:
-    sync_gradients: bool = True
-    end_of_dataloader: bool = False
-    remainder: int = -1  # real samples in the last gathered batch; -1 when not at the last batch
 
 
 @dataclass(frozen=True)
@@ -192,27 +188,24 @@ class Accelerator:
         if group.init_method is not None:
             raise HpcError("InitProcessGroupKwargs(init_method=...) is not used by hpc (ranks meet at MASTER_ADDR:"
                            "MASTER_PORT, env://)", fix="drop init_method")
-        self.state = ProcessState.start(cpu=cpu, need_group=cls is not None and cls.needs_process_group,
+        self._process = ProcessState.start(cpu=cpu, need_group=cls is not None and cls.needs_process_group,
                                         backend=group.backend, timeout=group.timeout)
         self.debug = bool(settings.get("debug"))  # collectives first check that every rank's shapes agree
         self._compile = Compile.from_settings(settings)
         if self.is_main_process:
             for note in from_env.notes:
                 print(f"hpc: note: {note}", file=sys.stderr)
-        self.strategy = choose(kind, self.state, self.handlers, plugin, mixed_precision=mode, accumulation_steps=steps)
-        self.precision = Precision(mode, self.state.device, self.strategy, self.handlers.get(GradScalerKwargs),
+        self.strategy = choose(kind, self._process, self.handlers, plugin, mixed_precision=mode, accumulation_steps=steps)
+        self.precision = Precision(mode, self._process.device, self.strategy, self.handlers.get(GradScalerKwargs),
                                    self.handlers.get(AutocastKwargs))
-        self.gradient_state = GradientState()
+        self.gradient_state = GradientState(gradient_accumulation_plugin)
+        self.gradient_state.sync_gradients = True
         self.project_dir = Path(project_dir or config.get("project_dir") or ".")
         self.log_with = [log_with] if isinstance(log_with, str) else list(log_with or [])
         self.seed = seed
         self.step = 0  # micro-steps seen by accumulate()
-        self._completed_steps = 0
-        self._models: list[torch.nn.Module] = []
-        self._optimizers: list[AcceleratedOptimizer] = []
-        self._schedulers: list[AcceleratedScheduler] = []
-        self._loaders: list[PreparedDataLoader] = []
-        self._custom_objects: list = []
+        self.training = TrainingState(before_work=self._resume_if_asked, on_progress=self._beat,
+                                      on_step=self._step_completed)
         self._trigger = False  # set_trigger / check_trigger
         self._trackers: list = []
         self._resumed_step: int | None = None  # the step training resumed at, once it has
@@ -242,22 +235,46 @@ class Accelerator:
 
         shared_state.attach_accelerator(self)
 
+    # --- pickling ------------------------------------------------------------------------------------
+    # An Accelerator may be pickled (sent to a worker, kept with a trainer object). What belongs to this process
+    # alone (its hang watchdog thread, signal handlers, checkpoint writer, the job's pacing) is left behind; the
+    # copy gets an idle watchdog and signal watch, and starts its own writer when it first saves.
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        for key in ("_watchdog", "_watch", "_pace", "_checkpointer"):
+            state[key] = None
+        state["_trackers"] = []
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._watchdog = HangWatchdog(0.0, self.process_index, self.num_processes, socket.gethostname(), None)
+        self._watch = preemption.PreemptionWatch(self._requeue_signals(), None)
+        self._pace = Pace(None, None, self.is_main_process)
+
     # --- where am I ---------------------------------------------------------------------------------
     @property
+    def state(self):
+        """Accelerate's AcceleratorState: this process's facts and this Accelerator's choices."""
+        from hpc.state import AcceleratorState
+
+        return AcceleratorState()
+
+    @property
     def device(self) -> torch.device:
-        return self.state.device
+        return self._process.device
 
     @property
     def process_index(self) -> int:
-        return self.state.env.rank
+        return self._process.env.rank
 
     @property
     def local_process_index(self) -> int:
-        return self.state.env.local_rank
+        return self._process.env.local_rank
 
     @property
     def num_processes(self) -> int:
-        return self.state.env.world_size
+        return self._process.env.world_size
 
     @property
     def is_main_process(self) -> bool:
@@ -274,8 +291,10 @@ class Accelerator:
     @property
     def distributed_type(self):
         """Accelerate's DistributedType (a str enum: NO, MULTI_CPU, MULTI_GPU, FSDP, DEEPSPEED)."""
-        from hpc.state import distributed_type_of
+        from hpc.state import PartialState, distributed_type_of
 
+        if "distributed_type" in PartialState._shared_state:  # a script set AcceleratorState().distributed_type
+            return PartialState._shared_state["distributed_type"]
         return distributed_type_of(self.strategy.name, self.device, self.num_processes)
 
     @property
@@ -292,8 +311,8 @@ class Accelerator:
         save_model()."""
         if self._auto_resume_pending:
             newest = CheckpointStore(self.checkpoint_dir, self._checkpoint_keep).committed()
-            return newest[0].step if newest else self._completed_steps
-        return self._completed_steps
+            return newest[0].step if newest else self.training.completed_steps
+        return self.training.completed_steps
 
     @property
     def sync_gradients(self) -> bool:
@@ -363,14 +382,19 @@ class Accelerator:
         Models and optimizers of one call go to the strategy together: FSDP re-points optimizers at the
         shards, DeepSpeed builds one engine from both. Schedulers come last, to see the wrapped optimizers.
         """
+        from hpc.state import check_not_reset
+
+        check_not_reset(self)
         out: list[Any] = list(objects)
         loaders = [i for i, o in enumerate(objects) if isinstance(o, torch.utils.data.DataLoader)]
         models = [i for i, o in enumerate(objects) if isinstance(o, torch.nn.Module)]
         optimizers = [i for i, o in enumerate(objects)
                       if isinstance(o, torch.optim.Optimizer) and not isinstance(o, AcceleratedOptimizer)]
         for i in loaders:
-            out[i] = PreparedDataLoader(objects[i], self, self.seed)
-            self._loaders.append(out[i])
+            out[i] = PreparedDataLoader(objects[i], world=self.num_processes, rank=self.process_index,
+                                        device=self.device, config=self.dataloader_config, seed=self.seed,
+                                        gradient_state=self.gradient_state, training=self.training)
+            self.training.loaders.append(out[i])
         hints = {"micro_batch_size": next((objects[i].batch_size for i in loaders), None)}
         for i in models:
             self.precision.wrap_forward(objects[i])
@@ -378,19 +402,19 @@ class Accelerator:
                                                            [objects[i] for i in optimizers], hints)
         for i, model in zip(models, new_models):
             out[i] = self._compile(model, self.strategy.unwrap(model))
-            self._models.append(out[i])
+            self.training.models.append(out[i])
         for i, opt in zip(optimizers, new_optimizers):
             out[i] = AcceleratedOptimizer(opt, self, user_optimizer=objects[i])
-            self._optimizers.append(out[i])
+            self.training.optimizers.append(out[i])
         for i, o in enumerate(objects):
             if isinstance(o, torch.optim.lr_scheduler.LRScheduler):
                 out[i] = self._prepare_scheduler(o)
         return out[0] if len(out) == 1 else tuple(out)
 
     def _prepare_scheduler(self, scheduler):
-        mine = [o for o in self._optimizers if scheduler.optimizer in (o.optimizer, o.user_optimizer)]
-        wrapped = AcceleratedScheduler(scheduler, mine or self._optimizers, self)
-        self._schedulers.append(wrapped)
+        mine = [o for o in self.training.optimizers if scheduler.optimizer in (o.optimizer, o.user_optimizer)]
+        wrapped = AcceleratedScheduler(scheduler, mine or self.training.optimizers, self)
+        self.training.schedulers.append(wrapped)
         return wrapped
 
     # one kind at a time, as Accelerate spells it; the same path as prepare()
@@ -417,7 +441,7 @@ class Accelerator:
             if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
                 raise HpcError(f"{type(obj).__name__} cannot be checkpointed",
                                fix="give it state_dict() and load_state_dict() methods")
-            self._custom_objects.append(obj)
+            self.training.custom_objects.append(obj)
 
     # --- the training step ------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor, **kwargs) -> None:
@@ -436,7 +460,7 @@ class Accelerator:
         self.strategy.micro_step(sync)
         with contextlib.ExitStack() as stack:
             if not sync and not plugin.sync_each_batch:  # sync_each_batch: reduce every micro-batch (less memory)
-                for model in models or self._models:
+                for model in models or self.training.models:
                     stack.enter_context(self.strategy.no_sync(model))
             yield
 
@@ -458,21 +482,31 @@ class Accelerator:
 
     @contextlib.contextmanager
     def join_uneven_inputs(self, joinables, even_batches: bool | None = None):
-        """Ranks with fewer batches than others join the collectives of the ones still training (DDP's Join)."""
-        if even_batches is not None and even_batches != self.dataloader_config.even_batches:
-            raise HpcError("join_uneven_inputs(even_batches=...) cannot change prepared loaders in hpc",
-                           fix="set DataLoaderConfiguration(even_batches=False) before prepare()")
-        if not self.use_distributed or self.strategy.name != "ddp":
+        """Ranks with fewer batches than others join the collectives of the ones still training (DDP's Join).
+        ``even_batches`` overrides the prepared map-style loaders' setting inside the block."""
+        from hpc.state import DistributedType
+
+        if self.distributed_type not in (DistributedType.MULTI_GPU, DistributedType.MULTI_CPU):
+            warnings.warn("join_uneven_inputs is only supported for multi-GPU and multi-CPU data parallelism "
+                          "(DDP); it does nothing here", UserWarning, stacklevel=3)
             yield
             return
-        from torch.distributed.algorithms.join import Join
+        with contextlib.ExitStack() as stack:
+            if even_batches is not None:
+                if any(loader.batch_sampler is None for loader in self.training.loaders):
+                    warnings.warn("overriding even_batches is only supported for map-style datasets; the "
+                                  "iterable ones keep their setting", UserWarning, stacklevel=3)
+                for loader in self.training.loaders:
+                    if loader.batch_sampler is not None:
+                        stack.enter_context(loader.even_batches_as(even_batches))
+            from torch.distributed.algorithms.join import Join
 
-        with Join(joinables):
+            stack.enter_context(Join(joinables))
             yield
 
     def unscale_gradients(self, optimizer=None) -> None:
         """fp16: divide the gradients by the loss scale now (once per step), e.g. to look at them."""
-        for opt in ([optimizer] if optimizer is not None else self._optimizers):
+        for opt in ([optimizer] if optimizer is not None else self.training.optimizers):
             opt.unscale_once()
 
     @contextlib.contextmanager
@@ -498,20 +532,20 @@ class Accelerator:
         """Unscales fp16 gradients first, once per step; a no-op on accumulation micro-steps."""
         if not self.sync_gradients:
             return None
-        for opt in self._optimizers:
+        for opt in self.training.optimizers:
             opt.unscale_once()
         return self.strategy.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
     def clip_grad_value_(self, parameters, clip_value: float) -> None:
         if not self.sync_gradients:
             return
-        for opt in self._optimizers:
+        for opt in self.training.optimizers:
             opt.unscale_once()
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
     @property
     def optimizer_step_was_skipped(self) -> bool:
-        return any(o.step_was_skipped for o in self._optimizers)
+        return any(o.step_was_skipped for o in self.training.optimizers)
 
     # --- data and collectives ---------------------------------------------------------------------
     def skip_first_batches(self, dataloader: PreparedDataLoader, num_batches: int = 0):
@@ -549,7 +583,7 @@ class Accelerator:
         """True on every rank if any rank called set_trigger() since the last check; resets it. Every rank
         must call it (one small all-reduce)."""
         flag = torch.tensor([1.0 if self._trigger else 0.0], device=self.device)
-        if self.state.distributed:
+        if self._process.distributed:
             self._beat("check_trigger")
             dist.all_reduce(flag)
         raised = bool(flag.item() > 0)
@@ -569,7 +603,7 @@ class Accelerator:
 
     def wait_for_everyone(self) -> None:
         self._resume_if_asked()  # every rank is here: the place to resume before a final save, say
-        if self.state.distributed:
+        if self._process.distributed:
             self._beat("wait_for_everyone")
             dist.barrier()
 
@@ -636,30 +670,39 @@ class Accelerator:
         return self._checkpointer
 
     def _training_meta(self) -> dict:
-        return {"step": self._completed_steps, "micro_step": self.step, "strategy": self.strategy.name,
-                "loaders": [{"epoch": dl.epoch, "position": dl.position} for dl in self._loaders]}
+        return {"step": self.training.completed_steps, "micro_step": self.step, "strategy": self.strategy.name,
+                "loaders": self.training.positions()}
 
     def save_state(self, output_dir: str | os.PathLike | None = None, async_save: bool | None = None) -> Path:
         """Everything training needs to go on: models, optimizers, schedulers, scaler, RNG per rank,
         registered objects, counters and dataloader positions. Default place: checkpoints/step-<N>.
         Every rank must call it. With async_save, training waits only while the state is copied."""
         self._resume_if_asked()
-        folder = Path(output_dir) if output_dir is not None else self.checkpointer.store.step_dir(self._completed_steps)
+        folder = self._same_path(output_dir) if output_dir is not None else self.checkpointer.store.step_dir(
+            self.training.completed_steps)
         use_async = self.checkpoint_async if async_save is None else async_save
         with self._watchdog.paused("save"), contextlib.nullcontext() if use_async else self._pace.saving():
             return self.checkpointer.save(folder, self._training_meta(), async_save=use_async,
                                           purge=output_dir is None)
 
+    def _same_path(self, path: str | os.PathLike) -> Path:
+        """Rank 0's path, on every rank: a checkpoint is one folder that all ranks write, and scripts often name
+        it per rank (tempfile.TemporaryDirectory() on each), which would leave every rank waiting for the others'
+        files in its own folder."""
+        box = [str(path)]
+        if self._process.distributed:
+            dist.broadcast_object_list(box, src=0)
+        return Path(box[0])
+
     def _step_completed(self) -> None:
-        """One optimizer step (an accumulation window) has ended."""
-        self._completed_steps += 1
+        """One optimizer step (an accumulation window) has ended (TrainingState counted it)."""
         self._pace.step_done()
-        self._watchdog.beat(f"optimizer step {self._completed_steps}")
+        self._watchdog.beat(f"optimizer step {self.training.completed_steps}")
 
     def _beat(self, what: str) -> None:
         """Progress that is not a step (a batch, a collective): the hang watchdog counts it from the first
         optimizer step on, so a long first step (torch.compile, autotuning) is not taken for a hang."""
-        if self._completed_steps:
+        if self.training.completed_steps:
             self._watchdog.beat(what)
 
     def _make_watchdog(self, timeout_s: float) -> HangWatchdog:
@@ -686,7 +729,7 @@ class Accelerator:
     def load_state(self, input_dir: str | os.PathLike | None = None) -> ResumeInfo:
         """Restore a checkpoint: the given folder, or the newest good one under checkpoints/."""
         self._auto_resume_pending = False
-        folder = self.checkpointer.choose(input_dir)
+        folder = self.checkpointer.choose(self._same_path(input_dir) if input_dir is not None else None)
         if folder is None:
             raise HpcError(f"no committed checkpoint under {self.checkpoint_dir}",
                            fix="save_state() first, or name a step folder")
@@ -701,22 +744,22 @@ class Accelerator:
     def _resume_if_asked(self) -> None:
         # not before prepare() has the model or optimizer: main_process_first() around dataset loading waits for
         # everyone before it, and a resume then would restore the counters and nothing else
-        if self._auto_resume_pending and (self._models or self._optimizers):
+        if self._auto_resume_pending and (self.training.models or self.training.optimizers):
             self.resume()
 
     def _restore(self, folder: Path) -> ResumeInfo:
         with self._watchdog.paused("load"):
             meta = self.checkpointer.load(folder)
-        self._completed_steps, self.step = int(meta.get("step", 0)), int(meta.get("micro_step", 0))
-        for loader, where in zip(self._loaders, meta.get("loaders", [])):
+        self.training.completed_steps, self.step = int(meta.get("step", 0)), int(meta.get("micro_step", 0))
+        for loader, where in zip(self.training.loaders, meta.get("loaders", [])):
             loader.resume_at(int(where["epoch"]), int(where["position"]))
         first = (meta.get("loaders") or [{"epoch": 0, "position": 0}])[0]
-        self._resumed_step = self._completed_steps
+        self._resumed_step = self.training.completed_steps
         for tracker in self._trackers:
-            tracker.resumed_at(self._completed_steps)
+            tracker.resumed_at(self.training.completed_steps)
         if self.is_main_process:
-            preemption.log(f"resumed from {folder} (step {self._completed_steps})")
-        return ResumeInfo(folder, self._completed_steps, int(first["epoch"]), int(first["position"]))
+            preemption.log(f"resumed from {folder} (step {self.training.completed_steps})")
+        return ResumeInfo(folder, self.training.completed_steps, int(first["epoch"]), int(first["position"]))
 
     def _requeue_signals(self) -> list[str]:
         # submitit asks for USR2 before the limit; its own handler would requeue at once, mid-step: once the
@@ -731,7 +774,7 @@ class Accelerator:
         self._resume_if_asked()
         self._watch.install(term=True)  # from here on TERM is handled too: the loop checks for it
         code = self._watch.local_code()
-        if self.state.distributed:
+        if self._process.distributed:
             self._beat("should_stop")
             flag = self._flag(code)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
@@ -766,10 +809,10 @@ class Accelerator:
 
     def _flag(self, value: int) -> torch.Tensor:
         """A one-element tensor where the backend can send it (NCCL: on the GPU)."""
-        return torch.tensor([value], device=self.device if self.state.backend == "nccl" else "cpu")
+        return torch.tensor([value], device=self.device if self._process.backend == "nccl" else "cpu")
 
     def _broadcast_flag(self, value: bool) -> bool:
-        if not self.state.distributed:
+        if not self._process.distributed:
             return value
         flag = self._flag(int(value))
         dist.broadcast(flag, src=0)
@@ -813,10 +856,7 @@ class Accelerator:
         """Drop every reference the Accelerator holds (models, optimizers, schedulers, loaders) and the given
         objects', then collect: between two trainings in one process, or before a retry with a smaller batch."""
         self.wait_for_checkpoint()
-        self._models.clear()
-        self._optimizers.clear()
-        self._schedulers.clear()
-        self._loaders.clear()
+        self.training.clear()
         self._checkpointer = None
         self.step = 0
         gc.collect()
@@ -871,7 +911,7 @@ class Accelerator:
         for tracker in self._trackers:
             tracker.finish()
         self._trackers.clear()
-        if self.state.distributed and dist.is_initialized():
+        if self._process.distributed and dist.is_initialized():
             # ranks tear their connections down together: a gloo rank whose peer closes while it is still
             # finishing its last collective can abort at exit
             dist.barrier()

@@ -10,16 +10,20 @@ that can only be iterated, and a stream, are skipped by reading up to there).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from collections.abc import Mapping
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from hpc.errors import HpcError
 from hpc.runtime.configuration import DataLoaderConfiguration
 from hpc.runtime.data_plan import MapPlan
 from hpc.runtime.data_readers import MapReader, StreamReader
 from hpc.runtime.data_shards import Layout
+from hpc.runtime.gradient_state import GradientState
+from hpc.runtime.training_state import TrainingState
 
 
 def _stateful_class(config: DataLoaderConfiguration):
@@ -46,35 +50,60 @@ def _check(loader: DataLoader, config: DataLoaderConfiguration, world: int, batc
 
 
 class PreparedDataLoader:
-    """Iterates this rank's share on the accelerator's device, and tells the accelerator where it is."""
+    """Iterates this rank's share on the process's device, and tells the training where it is.
 
-    def __init__(self, loader: DataLoader, accelerator, seed: int):
-        config = getattr(accelerator, "dataloader_config", None) or DataLoaderConfiguration()
-        env = accelerator.state.env
-        world, rank = env.world_size, env.rank
-        self.accelerator, self.dataset, self.config = accelerator, loader.dataset, config
+    ``training`` (a TrainingState) is the run the loader feeds: told before the first batch (so a pending resume
+    happens first) and on every batch (the hang watchdog's progress). ``gradient_state`` learns when the data
+    ends. Both have inert defaults: accelerate.data_loader.prepare_data_loader needs no Accelerator."""
+
+    def __init__(self, loader: DataLoader, *, world: int, rank: int, device: torch.device,
+                 config: DataLoaderConfiguration | None = None, seed: int = 0, gradient_state=None,
+                 training: TrainingState | None = None):
+        config = config or DataLoaderConfiguration()
+        self.dataset, self.config, self.device = loader.dataset, config, torch.device(device)
+        self.gradient_state = gradient_state if gradient_state is not None else GradientState()
+        self.training = training if training is not None else TrainingState()
         seed = config.data_seed if config.data_seed is not None else seed
         stream = isinstance(loader.dataset, IterableDataset)
         stateful = _stateful_class(config)
         # Accelerate's default: rank 0 reads a stream and sends each rank its batch
         dispatch = world > 1 and (config.dispatch_batches if config.dispatch_batches is not None else stream)
+        self._plan = None
         if stream:
             batch_size, drop_last = loader.batch_size, loader.drop_last
         else:
-            plan = MapPlan(loader, seed, config.use_seedable_sampler)
+            self._plan = plan = MapPlan(loader, seed, config.use_seedable_sampler)
             batch_size, drop_last = plan.batch_size, plan.drop_last
         _check(loader, config, world, batch_size)
         self.layout = Layout(world, rank, config.split_batches, config.even_batches, drop_last, batch_size)
         if stream:
             self._reader = StreamReader(loader, self.layout, seed, dispatch, stateful)
         else:
-            plan.sync_generators(world)
             self._reader = MapReader(loader, plan, self.layout, seed, dispatch, stateful)
         self.batch_size = batch_size // world if config.split_batches else batch_size
         self.total_batch_size = batch_size if config.split_batches or batch_size is None else batch_size * world
         self._epoch, self._skip = 0, 0
         self.position = 0  # batches of the current epoch handed out (what a checkpoint records)
-        self._non_blocking = config.non_blocking or accelerator.device.type == "cuda"
+        self._non_blocking = config.non_blocking or self.device.type == "cuda"
+
+    @property
+    def batch_sampler(self):
+        """Accelerate's BatchSamplerShard, as far as scripts look into it: the batch sampler whose batches are
+        dealt (the user's own is kept), and the dealing's settings. None for a stream."""
+        return None if self._plan is None else ShardView(self)
+
+    @contextlib.contextmanager
+    def even_batches_as(self, even: bool):
+        """join_uneven_inputs(even_batches=...): the passes inside the block deal with this setting."""
+        before = self.layout
+        self._use_layout(dataclasses.replace(before, even=bool(even)))
+        try:
+            yield
+        finally:
+            self._use_layout(before)
+
+    def _use_layout(self, layout: Layout) -> None:
+        self.layout = self._reader.layout = layout
 
     def __len__(self) -> int:
         return max(0, len(self._reader) - self._skip)
@@ -104,20 +133,59 @@ class PreparedDataLoader:
             self._reader.restore = state["reader"]
 
     def __iter__(self):
-        self.accelerator._resume_if_asked()
-        gradient = self.accelerator.gradient_state
+        self.training.before_work()
+        gradient = self.gradient_state
         self.position = self._skip
+        gradient.enter_dataloader(self)
         try:
             for batch, last, remainder in self._reader.batches(self._epoch, self._skip):
                 self.position += 1
                 gradient.end_of_dataloader = last
                 gradient.remainder = remainder if last else -1
-                self.accelerator._beat("batch")
-                yield send_to_device(batch, self.accelerator.device, self._non_blocking)
+                self.training.on_progress("batch")
+                yield send_to_device(batch, self.device, self._non_blocking)
         finally:
-            gradient.end_of_dataloader, gradient.remainder = False, -1
+            gradient.leave_dataloader(self)
         self._skip, self.position = 0, 0
         self._epoch += 1  # the next pass reshuffles; seeded, so a restart repeats it
+
+
+class ShardView:
+    """What `prepared.batch_sampler` shows (Accelerate's BatchSamplerShard's attributes), read live."""
+
+    def __init__(self, prepared: PreparedDataLoader):
+        self._prepared = prepared
+        plan = prepared._plan
+        self.batch_sampler = plan.batch_sampler if plan.batch_sampler is not None else BatchSampler(
+            plan.sampler, plan.batch_size, plan.drop_last)
+        self.sampler = getattr(self.batch_sampler, "sampler", None)
+
+    @property
+    def num_processes(self) -> int:
+        return self._prepared.layout.world
+
+    @property
+    def process_index(self) -> int:
+        return self._prepared.layout.rank
+
+    @property
+    def split_batches(self) -> bool:
+        return self._prepared.layout.split
+
+    @property
+    def even_batches(self) -> bool:
+        return self._prepared.layout.even
+
+    @property
+    def batch_size(self):
+        return self._prepared.batch_size
+
+    @property
+    def drop_last(self) -> bool:
+        return self._prepared.layout.drop_last
+
+    def __len__(self) -> int:
+        return len(self._prepared._reader)
 
 
 class SkipFirstBatches:

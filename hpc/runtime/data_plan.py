@@ -6,7 +6,8 @@ rank must draw the same order and a restarted job must draw it again:
 - a RandomSampler without a generator of its own shuffles by hpc's seed for the epoch, (data_seed or the
   Accelerator's seed, epoch);
 - any other sampler with a `generator` attribute left None gets a generator seeded the same way each epoch;
-- with use_seedable_sampler, both happen whatever generator the user gave;
+- with use_seedable_sampler, a RandomSampler becomes a SeedableRandomSampler (its order a function of (seed,
+  epoch)), and other samplers' generators are seeded as above whatever generator the user gave;
 - otherwise a generator the user gave is kept: each rank starts from rank 0's state, and it advances from epoch to
   epoch as in one process (the DataLoader's own generator included: it gives one number per pass). An epoch
   reached without passing through the ones before it (a resumed job) is reached by replaying their draws.
@@ -23,6 +24,7 @@ import torch.distributed as dist
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
 
 from hpc.runtime import data_order as order
+from hpc.runtime.samplers import SeedableRandomSampler
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
@@ -44,14 +46,20 @@ class MapPlan:
             self.batch_sampler = given
             self.batch_size = getattr(given, "batch_size", None)
             self.drop_last = bool(getattr(given, "drop_last", False))
-        self._shuffles = type(self.sampler) is RandomSampler and (seedable or self.sampler.generator is None)
+        if seedable and type(self.sampler) is RandomSampler:  # Accelerate's use_seedable_sampler swaps it too
+            s = self.sampler
+            self.sampler = SeedableRandomSampler(s.data_source, replacement=s.replacement, num_samples=s._num_samples,
+                                                 data_seed=seed)
+        self._shuffles = type(self.sampler) is RandomSampler and self.sampler.generator is None
         parts = _unique([self.sampler, self.batch_sampler, getattr(self.batch_sampler, "sampler", None)])
+        computed = self._shuffles or isinstance(self.sampler, SeedableRandomSampler)  # never iterated
         holders = [o for o in parts if isinstance(getattr(o, "generator", False), (torch.Generator, type(None)))
-                   and not (o is self.sampler and self._shuffles)]  # a sampler hpc shuffles for is not iterated
+                   and not (o is self.sampler and computed)]
         self._seeded = [o for o in holders if seedable or o.generator is None]
         self._base_draw = loader.generator if loader.generator is not None and not seedable else None
         user = [self._base_draw] + [o.generator for o in holders if o not in self._seeded]
         self._user = _GeneratorEpochs(_unique(user))
+        self._started = False
         self._persistent = loader.persistent_workers and loader.num_workers > 0
         self._epochs_aware = [o for o in _unique(parts + [self.dataset]) if callable(getattr(o, "set_epoch", None))]
 
@@ -90,7 +98,9 @@ class MapPlan:
             return order.IndexedUnits(self.batch_sampler) if order.indexable(self.batch_sampler) \
                 else order.StreamedUnits(self.batch_sampler)
         s = self.sampler
-        if type(s) is SequentialSampler:
+        if isinstance(s, SeedableRandomSampler):
+            ordering = s.order(epoch)
+        elif type(s) is SequentialSampler:
             ordering = order.RangeOrder(len(s))
         elif self._shuffles:
             seed = epoch_seed(self.seed, epoch)
@@ -114,8 +124,17 @@ class MapPlan:
             for _ in source.open(0, 0)[0]:
                 pass
 
+    def start(self, world: int, collective: bool) -> None:
+        """At the first pass: the user's generators as they stand now are epoch 0's (a script may seed them after
+        prepare()); with ``collective``, every rank takes rank 0's (as Accelerate synchronises them)."""
+        if self._started:
+            return
+        self._started = True
+        self._user = _GeneratorEpochs(self._user.generators)
+        if collective:
+            self.sync_generators(world)
+
     def sync_generators(self, world: int) -> None:
-        """Every rank starts from rank 0's generator states (as Accelerate synchronises them)."""
         if world > 1 and dist.is_available() and dist.is_initialized() and self._user.generators:
             states = [self._user.states[0]]
             dist.broadcast_object_list(states, src=0)

@@ -60,6 +60,7 @@ class MapReader:
         return self.layout.count(*self.plan.items())
 
     def batches(self, epoch: int, position: int) -> Iterator[tuple]:
+        self.plan.start(self.layout.world, collective=not self.dispatch)  # dispatched: rank 0's alone count
         dealt = self._dealt(epoch, position) if self.layout.rank == 0 or not self.dispatch else None
         if not self.dispatch:
             self._feed.parts = ((p, p.item) for p in shards.mine(dealt, self.layout.rank))

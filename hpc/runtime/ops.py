@@ -5,6 +5,12 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from hpc.errors import HpcError
+
+
+class DistributedOperationException(HpcError):
+    """The ranks called a collective with different shapes (found in debug mode, before it could hang)."""
+
 
 def _map(fn, data):
     if isinstance(data, torch.Tensor):
@@ -33,10 +39,8 @@ def verify_shapes(data, world: int, operation: str) -> None:
         return
     shapes = gather_object(_shapes(data), world)
     if any(s != shapes[0] for s in shapes):
-        from hpc.errors import HpcError
-
         listed = "; ".join(f"rank {r}: {s}" for r, s in enumerate(shapes))
-        raise HpcError(f"{operation}: the ranks hold different shapes ({listed})",
+        raise DistributedOperationException(f"{operation}: the ranks hold different shapes ({listed})",
                        fix="pad with pad_across_processes first, or give every rank the same shapes")
 
 

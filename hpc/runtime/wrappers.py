@@ -15,6 +15,13 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.step_was_skipped = False
         self._unscaled = False
 
+    # plain attributes: torch.optim.Optimizer's own (un)pickling reads `defaults`, which is the real optimizer's
+    def __getstate__(self):
+        return dict(self.__dict__)
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
     # torch.optim.Optimizer's own attributes, read through to the real optimizer
     @property
     def param_groups(self):
@@ -50,8 +57,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._unscaled = False
         self.step_was_skipped = self.accelerator.strategy.optimizer_step(self.optimizer,
                                                                           self.accelerator.precision.scaler, closure)
-        if self.accelerator._optimizers[:1] == [self]:  # one count per window, however many optimizers
-            self.accelerator._step_completed()
+        self.accelerator.training.optimizer_stepped(self)
         return None
 
     # schedule-free optimizers switch their weights between train() and eval(): passed through

@@ -15,8 +15,9 @@ import torch.distributed as dist
 from hpc.errors import HpcError
 from hpc.runtime import ops
 from hpc.runtime.data import send_to_device  # noqa: F401 - the prepared loader's, public here as in Accelerate
+from hpc.runtime.ops import DistributedOperationException  # noqa: F401 - raised by the debug-mode shape check
 
-__all__ = ["broadcast", "broadcast_object_list", "concatenate", "find_batch_size", "gather", "gather_object",
+__all__ = ["DistributedOperationException", "broadcast", "broadcast_object_list", "concatenate", "copy_tensor_to_devices", "find_batch_size", "gather", "gather_object",
            "honor_type", "is_namedtuple", "is_torch_tensor", "listify", "pad_across_processes", "recursively_apply",
            "reduce", "send_to_device", "slice_tensors"]
 
@@ -141,6 +142,7 @@ def pad_across_processes(tensor, dim: int = 0, pad_index=0, pad_first: bool = Fa
     Tensors with fewer dims than ``dim`` needs are left as they are: a nest often mixes per-token outputs with
     per-sample ones (Accelerate does the same)."""
     world = _state().num_processes
+    _verified(tensor, "pad_across_processes", world)
 
     def _pad(t):
         if not -t.dim() <= dim < t.dim():
@@ -148,6 +150,16 @@ def pad_across_processes(tensor, dim: int = 0, pad_index=0, pad_first: bool = Fa
         return ops.pad_across_processes(t, world, dim % t.dim(), pad_index, pad_first)
 
     return recursively_apply(_pad, tensor, error_on_other_type=True)
+
+
+def copy_tensor_to_devices(tensor=None):
+    """The main process's tensor on every rank's device; the other ranks pass None (they need not know its shape)."""
+    state = _state()
+    if state.num_processes == 1:
+        return tensor
+    box = [tensor.cpu() if state.is_main_process else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0].to(state.device)
 
 
 def concatenate(data, dim: int = 0):

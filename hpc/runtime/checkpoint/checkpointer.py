@@ -99,7 +99,7 @@ class Checkpointer:
         # GPU state goes through pinned host buffers even for a synchronous save: faster than the pageable
         # copies torch.save makes of each tensor
         buffers = self._staging if async_save or self.acc.device.type == "cuda" else None
-        staged = self.format.stage(self.acc._models, self.acc._optimizers, copy=buffers, background=async_save)
+        staged = self.format.stage(self.acc.training.models, self.acc.training.optimizers, copy=buffers, background=async_save)
         extras = self._extras(buffers)
         staged.start(folder)
         if buffers is not None:
@@ -132,15 +132,15 @@ class Checkpointer:
     def _extras(self, buffers: StagingBuffers | None) -> dict:
         acc = self.acc
         out = {f"rng/rank{self.rank}.pt": rng_state()}
-        readers = [dl.state_dict().get("reader") for dl in acc._loaders]
+        readers = [dl.state_dict().get("reader") for dl in acc.training.loaders]
         if any(r is not None for r in readers):  # a StatefulDataLoader's stream: where each rank's reader stands
             out[f"loaders/rank{self.rank}.pt"] = readers
         if self.rank == 0:
-            for i, sched in enumerate(acc._schedulers):
+            for i, sched in enumerate(acc.training.schedulers):
                 out[f"scheduler_{i}.pt"] = sched.state_dict()
             if acc.precision.scaler is not None:
                 out["scaler.pt"] = acc.precision.scaler.state_dict()
-            for i, obj in enumerate(acc._custom_objects):
+            for i, obj in enumerate(acc.training.custom_objects):
                 out[f"custom_{i}.pt"] = obj.state_dict()
         return buffers.copy(out, "extras") if buffers is not None else out
 
@@ -192,17 +192,17 @@ class Checkpointer:
         if data.get("format") != self.format.name:
             raise HpcError(f"{folder} holds a '{data.get('format')}' checkpoint; this job saves '{self.format.name}'",
                            fix="load it with the strategy that wrote it, or convert it with `hpc merge-weights`")
-        self.format.load(folder, acc._models, acc._optimizers)
+        self.format.load(folder, acc.training.models, acc.training.optimizers)
         device = acc.device
-        for i, sched in enumerate(acc._schedulers):
+        for i, sched in enumerate(acc.training.schedulers):
             sched.load_state_dict(torch.load(folder / f"scheduler_{i}.pt", weights_only=False))
         if acc.precision.scaler is not None and (folder / "scaler.pt").exists():
             acc.precision.scaler.load_state_dict(torch.load(folder / "scaler.pt", weights_only=False))
-        for i, obj in enumerate(acc._custom_objects):
+        for i, obj in enumerate(acc.training.custom_objects):
             obj.load_state_dict(torch.load(folder / f"custom_{i}.pt", map_location=device, weights_only=False))
         readers = folder / f"loaders/rank{self.rank}.pt"
         if readers.exists():  # loaders' epoch and position come with the meta (_restore); streams' state here
-            for loader, reader in zip(acc._loaders, torch.load(readers, weights_only=False)):
+            for loader, reader in zip(acc.training.loaders, torch.load(readers, weights_only=False)):
                 if reader is not None:
                     loader.load_state_dict({**loader.state_dict(), "reader": reader})
         rng = folder / f"rng/rank{self.rank}.pt"

@@ -1,0 +1,41 @@
+"""What one training run has: the objects prepare() returned and the counters, shared by the Accelerator with
+its helpers (the checkpointer saves and restores them, the optimizer wrapper counts steps, the prepared loaders
+report progress) so that none of them reaches into the Accelerator's own attributes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+def _nothing(*_args) -> None:
+    return None
+
+
+@dataclass(eq=False)
+class TrainingState:
+    models: list = field(default_factory=list)
+    optimizers: list = field(default_factory=list)
+    schedulers: list = field(default_factory=list)
+    loaders: list = field(default_factory=list)
+    custom_objects: list = field(default_factory=list)
+    completed_steps: int = 0  # optimizer steps taken (accumulation windows closed)
+    # what the owner does at these moments; the Accelerator resumes before the first work, feeds its hang
+    # watchdog on progress and paces checkpoints on steps. A loader prepared without one does nothing.
+    before_work: Callable[[], None] = _nothing
+    on_progress: Callable[[str], None] = _nothing
+    on_step: Callable[[], None] = _nothing
+
+    def optimizer_stepped(self, optimizer: Any) -> None:
+        """An optimizer stepped: one count per window, however many optimizers the run has."""
+        if self.optimizers[:1] == [optimizer]:
+            self.completed_steps += 1
+            self.on_step()
+
+    def positions(self) -> list[dict]:
+        """Where each prepared loader stands (what a checkpoint records)."""
+        return [{"epoch": loader.epoch, "position": loader.position} for loader in self.loaders]
+
+    def clear(self) -> None:
+        for objects in (self.models, self.optimizers, self.schedulers, self.loaders):
+            objects.clear()

@@ -1,0 +1,11 @@
+"""`accelerate.test_utils`: the small regression fixtures and assertion helpers that Accelerate users' own
+distributed tests import (RegressionDataset, RegressionModel, are_the_same_tensors, assert_exception, ...).
+
+Loaded on use only: none of it is on the training path.
+"""
+
+from hpc.test_utils.testing import are_the_same_tensors, assert_exception, capture_call_output, require_cpu, skip, slow
+from hpc.test_utils.training import RegressionDataset, RegressionModel
+
+__all__ = ["RegressionDataset", "RegressionModel", "are_the_same_tensors", "assert_exception",
+           "capture_call_output", "require_cpu", "skip", "slow"]
