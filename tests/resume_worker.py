@@ -62,7 +62,7 @@ def train(spec: dict) -> None:
     total, every = spec["steps"], spec.get("save_every", 1)
     progress = Path(spec["project"]) / "progress"
     progress.parent.mkdir(parents=True, exist_ok=True)
-    attempt = [preemption.requeue_count(), acc.state.env.restart_count]  # (requeues, elastic restarts)
+    attempt = [preemption.requeue_count(), acc._process.env.restart_count]  # (requeues, elastic restarts)
     first_attempt = attempt == [0, 0]
     Path(spec["project"], f"host-a{attempt[0]}-r{acc.process_index}").write_text(socket.gethostname())
     while acc.completed_steps < total:

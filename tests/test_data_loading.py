@@ -89,19 +89,25 @@ MAKERS = {
 
 
 class _Gradient:
+    """One simulated rank's gradient state (the real one is shared by the whole process)."""
     end_of_dataloader, remainder = False, -1
 
+    def enter_dataloader(self, loader):
+        self.end_of_dataloader, self.remainder = False, -1
 
-def fake_accelerator(rank, world, seed=0, **config):
-    env = types.SimpleNamespace(rank=rank, world_size=world)
-    return types.SimpleNamespace(state=types.SimpleNamespace(env=env), device=torch.device("cpu"),
-                                 gradient_state=_Gradient(), dataloader_config=DataLoaderConfiguration(**config),
-                                 _beat=lambda what: None, _resume_if_asked=lambda: None, seed=seed)
+    leave_dataloader = enter_dataloader
+
+
+def simulated_rank(make, rank, world, seed=0, **config):
+    """rank's loader of a job of world, built in this one process (no process group: nothing is dispatched)."""
+    gradient = _Gradient()
+    loader = PreparedDataLoader(make(), world=world, rank=rank, device="cpu", config=DataLoaderConfiguration(**config),
+                                seed=seed, gradient_state=gradient)
+    return loader, types.SimpleNamespace(gradient_state=gradient)
 
 
 def prepared(make, rank, world, **config):
-    acc = fake_accelerator(rank, world, **config)
-    return PreparedDataLoader(make(), acc, acc.seed), acc
+    return simulated_rank(make, rank, world, **config)
 
 
 def epoch(dl, acc):
@@ -259,8 +265,7 @@ def test_resuming_mid_epoch_gives_exactly_the_rest(kind, config):
 def test_resuming_a_million_batches_into_a_huge_epoch_loads_nothing_skipped_and_is_quick():
     data = Counting(200_000_000)
     for sampler in (None, Reversed(len(data))):
-        acc = fake_accelerator(0, 2)
-        dl = PreparedDataLoader(DataLoader(data, batch_size=32, shuffle=sampler is None, sampler=sampler), acc, 0)
+        dl, _ = simulated_rank(lambda: DataLoader(data, batch_size=32, shuffle=sampler is None, sampler=sampler), 0, 2)
         data.loaded = 0
         start = time.perf_counter()
         dl.resume_at(0, 1_000_000)
