@@ -49,6 +49,12 @@ class DistributedDataParallelKwargs(KwargsHandler):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
         kind = DDPCommunicationHookType(hook)
+        wants_bf16 = DDPCommunicationHookType.BF16 in (kind, self.comm_wrapper and DDPCommunicationHookType(self.comm_wrapper))
+        if wants_bf16 and model.device_ids is None:  # torch's bf16 hooks exist for NCCL only
+            from hpc.errors import HpcError
+
+            raise HpcError("the bf16 communication hook needs GPUs with NCCL; this job runs on the CPU (gloo)",
+                           fix="use DDPCommunicationHookType.FP16 on the CPU, or no hook")
         compressors = {DDPCommunicationHookType.FP16: default_hooks.fp16_compress_hook,
                        DDPCommunicationHookType.BF16: default_hooks.bf16_compress_hook}
         if kind in compressors:
