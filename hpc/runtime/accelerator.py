@@ -32,6 +32,7 @@ from hpc.runtime.compile import Compile, TorchDynamoPlugin
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
 from hpc.runtime.checkpoint.store import MIN_KEEP, CheckpointStore
 from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
+from hpc.runtime.deepspeed_dummies import DummyOptim, DummyScheduler, EngineScheduler
 from hpc.runtime.handlers import (AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs,
                                   InitProcessGroupKwargs, ProfileKwargs)
 from hpc.runtime.gradient_state import GradientState
@@ -388,14 +389,20 @@ class Accelerator:
         out: list[Any] = list(objects)
         loaders = [i for i, o in enumerate(objects) if isinstance(o, torch.utils.data.DataLoader)]
         models = [i for i, o in enumerate(objects) if isinstance(o, torch.nn.Module)]
-        optimizers = [i for i, o in enumerate(objects)
-                      if isinstance(o, torch.optim.Optimizer) and not isinstance(o, AcceleratedOptimizer)]
+        optimizers = [i for i, o in enumerate(objects) if isinstance(o, DummyOptim) or (
+            isinstance(o, torch.optim.Optimizer) and not isinstance(o, AcceleratedOptimizer))]
+        dummies = [o for o in objects if isinstance(o, (DummyOptim, DummyScheduler))]
+        if dummies and not self.strategy.builds_optimizer_from_config:
+            raise HpcError(f"{type(dummies[0]).__name__} stands for the optimizer or scheduler of a DeepSpeed config, "
+                           f"and this job does not use DeepSpeed ({self.distributed_type.value})",
+                           fix="build a torch optimizer and scheduler, or run with a DeepSpeed config that defines them")
         for i in loaders:
             out[i] = PreparedDataLoader(objects[i], world=self.num_processes, rank=self.process_index,
                                         device=self.device, config=self.dataloader_config, seed=self.seed,
                                         gradient_state=self.gradient_state, training=self.training)
             self.training.loaders.append(out[i])
-        hints = {"micro_batch_size": next((objects[i].batch_size for i in loaders), None)}
+        hints = {"micro_batch_size": next((objects[i].batch_size for i in loaders), None),
+                 "scheduler": next((o for o in objects if isinstance(o, DummyScheduler)), None)}
         for i in models:
             self.precision.wrap_forward(objects[i])
         new_models, new_optimizers = self.strategy.prepare([objects[i] for i in models],
@@ -409,6 +416,8 @@ class Accelerator:
         for i, o in enumerate(objects):
             if isinstance(o, torch.optim.lr_scheduler.LRScheduler):
                 out[i] = self._prepare_scheduler(o)
+            elif isinstance(o, DummyScheduler):  # the engine steps its own: not stepped nor saved again here
+                out[i] = EngineScheduler(self.strategy.config_scheduler())
         return out[0] if len(out) == 1 else tuple(out)
 
     def _prepare_scheduler(self, scheduler):

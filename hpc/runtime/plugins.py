@@ -105,6 +105,14 @@ class DeepSpeedPlugin:
         if self.offload_param and self.zero_stage != 3:
             raise HpcError("offload_param needs ZeRO stage 3", fix="set zero_stage=3 or drop offload_param")
 
+    @property
+    def deepspeed_config(self) -> dict:
+        """The DeepSpeed JSON as given (before hpc fills its "auto"s): scripts look for "optimizer"/"scheduler"
+        in it to choose DummyOptim and DummyScheduler."""
+        from hpc.runtime.strategies.deepspeed_config import _load
+
+        return _load(self.hf_ds_config)
+
     @classmethod
     def coerce(cls, value: "DeepSpeedPlugin | dict") -> "DeepSpeedPlugin":
         if isinstance(value, cls):

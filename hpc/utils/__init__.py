@@ -20,6 +20,7 @@ _MODULES = {
                           "is_tensorboard_available", "is_torch_xla_available", "is_transformers_available",
                           "is_wandb_available", "is_xpu_available"],
     "hpc.state": ["wait_for_everyone"],
+    "hpc.runtime.deepspeed_dummies": ["DummyOptim", "DummyScheduler"],
 }
 _LAZY = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_LAZY)

@@ -13,6 +13,7 @@ class Strategy:
 
     name = "base"
     needs_process_group = False  # even with one process (FSDP meshes and DeepSpeed engines need one)
+    builds_optimizer_from_config = False  # DummyOptim/DummyScheduler: the backend's config defines them
 
     def __init__(self, state, handlers: dict, *, mixed_precision: str = "no", accumulation_steps: int = 1):
         self.state, self.handlers = state, handlers
@@ -28,6 +29,10 @@ class Strategy:
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return model
+
+    def config_scheduler(self):
+        """The scheduler the backend's config defined (for a DummyScheduler); only DeepSpeed has one."""
+        raise NotImplementedError
 
     def grad_scaler(self, device_type: str, **kwargs):
         """The fp16 loss scaler; None where the backend scales by itself."""

@@ -12,6 +12,7 @@ import warnings
 import torch
 
 from hpc.errors import HpcError
+from hpc.runtime.deepspeed_dummies import DummyOptim
 from hpc.runtime.plugins import DeepSpeedPlugin
 from hpc.runtime.strategies import deepspeed_config
 from hpc.runtime.strategies.base import Strategy
@@ -49,11 +50,13 @@ def _cpu_adam(optimizer: torch.optim.Optimizer):
 class DeepSpeedStrategy(Strategy):
     name = "deepspeed"
     needs_process_group = True
+    builds_optimizer_from_config = True
 
     def __init__(self, state, handlers, plugin: DeepSpeedPlugin | None, **settings):
         super().__init__(state, handlers, **settings)
         self.plugin = plugin or DeepSpeedPlugin()
         self.engine = None
+        self.engine_scheduler = None
         self.config: dict | None = None
         self._warned_clip = False
 
@@ -72,12 +75,30 @@ class DeepSpeedStrategy(Strategy):
             gradient_accumulation_steps=self.accumulation_steps, world_size=self.state.env.world_size,
             mixed_precision=self.mixed_precision, num_params=sum(p.numel() for p in models[0].parameters()))
         optimizer = optimizers[0] if optimizers else None
-        if optimizer is not None and self.plugin.offload_optimizer:
+        extra = {}
+        if isinstance(optimizer, DummyOptim):
+            extra["model_parameters"] = optimizer.params
+            deepspeed_config.fill_optimizer(self.config, optimizer, cpu=self.state.device.type == "cpu")
+            optimizer = None
+        elif optimizer is not None and self.plugin.offload_optimizer:
             optimizer = _cpu_adam(optimizer)
-        engine, ds_optimizer, _, _ = deepspeed.initialize(model=models[0], optimizer=optimizer, config=self.config,
-                                                          dist_init_required=False)
-        self.engine = engine
+        scheduler = hints.get("scheduler")
+        if scheduler is not None:
+            deepspeed_config.fill_scheduler(self.config, scheduler)
+            if "scheduler" not in self.config and scheduler.lr_scheduler_callable is not None:
+                extra["lr_scheduler"] = scheduler.lr_scheduler_callable
+        engine, ds_optimizer, _, ds_scheduler = deepspeed.initialize(model=models[0], optimizer=optimizer,
+                                                                     config=self.config, dist_init_required=False,
+                                                                     **extra)
+        self.engine, self.engine_scheduler = engine, ds_scheduler
         return [engine], ([ds_optimizer] if optimizers else [])
+
+    def config_scheduler(self):
+        if self.engine_scheduler is None:
+            raise HpcError("DummyScheduler needs a \"scheduler\" section in the DeepSpeed config (or an "
+                           "lr_scheduler_callable), prepared together with its model and DummyOptim",
+                           fix="add the section, or build a torch scheduler")
+        return self.engine_scheduler
 
     def unwrap(self, model):
         return getattr(model, "module", model)

@@ -85,3 +85,35 @@ def build(plugin, *, micro_batch_size: int, gradient_accumulation_steps: int, wo
     cfg.setdefault("steps_per_print", 2**31 - 1)
     cfg.update(plugin.extra)
     return cfg
+
+
+def fill_optimizer(cfg: dict, dummy, *, cpu: bool) -> None:
+    """DummyOptim: the config must define the optimizer; its "auto" lr and weight decay come from the dummy."""
+    if "optimizer" not in cfg:
+        raise HpcError("DummyOptim needs an \"optimizer\" section in the DeepSpeed config",
+                       fix="add one, or pass a torch optimizer to prepare()")
+    params = cfg["optimizer"].setdefault("params", {})
+    _fill(params, "lr", dummy.lr)
+    _fill(params, "weight_decay", dummy.weight_decay)
+    if cpu and str(cfg["optimizer"].get("type", "")).lower() in ("adam", "adamw"):
+        params.setdefault("torch_adam", True)  # DeepSpeed's fused Adam is a CUDA kernel
+
+
+def fill_scheduler(cfg: dict, dummy) -> None:
+    """DummyScheduler: the "auto" values of the config's scheduler come from the dummy (step counts) and the
+    optimizer (the peak rate). Only keys the scheduler type takes are touched; the decaying types need their
+    total_num_steps."""
+    if "scheduler" not in cfg:
+        return
+    params = cfg["scheduler"].setdefault("params", {})
+    lr = cfg.get("optimizer", {}).get("params", {}).get("lr", getattr(dummy.optimizer, "lr", None))
+    values = {"total_num_steps": dummy.total_num_steps, "warmup_num_steps": dummy.warmup_num_steps,
+              "warmup_max_lr": lr, "warmup_min_lr": 0.0}
+    if cfg["scheduler"].get("type") in ("WarmupDecayLR", "WarmupCosineLR"):
+        params.setdefault("total_num_steps", AUTO)
+    for key, value in values.items():
+        if params.get(key) == AUTO:
+            if value is None:
+                raise HpcError(f"the DeepSpeed scheduler's {key} is \"auto\" and DummyScheduler gave none",
+                               fix=f"pass DummyScheduler({key}=...)")
+            params[key] = value
