@@ -8,6 +8,7 @@ override both.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import gc
@@ -45,6 +46,22 @@ from hpc.runtime import tracking
 from hpc.runtime.training_state import TrainingState
 from hpc.runtime.watchdog import HangWatchdog
 from hpc.runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
+
+
+class StateHooks:
+    """save_state/load_state pre-hooks, by registration order, each removable through its handle."""
+
+    def __init__(self):
+        self.save: collections.OrderedDict = collections.OrderedDict()  # weakly referenced by the handles
+        self.load: collections.OrderedDict = collections.OrderedDict()
+
+    def add(self, kind: str, hook):
+        from torch.utils.hooks import RemovableHandle
+
+        table = getattr(self, kind)
+        handle = RemovableHandle(table)
+        table[handle.id] = hook
+        return handle
 
 
 @dataclass(frozen=True)
@@ -208,6 +225,7 @@ class Accelerator:
         self.training = TrainingState(before_work=self._resume_if_asked, on_progress=self._beat,
                                       on_step=self._step_completed)
         self._trigger = False  # set_trigger / check_trigger
+        self._hooks = StateHooks()
         self._trackers: list = []
         self._resumed_step: int | None = None  # the step training resumed at, once it has
         setting = lambda arg, key, default: arg if arg is not None else (  # noqa: E731
@@ -245,6 +263,7 @@ class Accelerator:
         for key in ("_watchdog", "_watch", "_pace", "_checkpointer"):
             state[key] = None
         state["_trackers"] = []
+        state["_hooks"] = StateHooks()  # callbacks of this process
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -692,7 +711,25 @@ class Accelerator:
         use_async = self.checkpoint_async if async_save is None else async_save
         with self._watchdog.paused("save"), contextlib.nullcontext() if use_async else self._pace.saving():
             return self.checkpointer.save(folder, self._training_meta(), async_save=use_async,
-                                          purge=output_dir is None)
+                                          purge=output_dir is None, before_write=self._run_save_hooks)
+
+    def register_save_state_pre_hook(self, hook):
+        """``hook(models, weights, output_dir)`` runs on every rank before save_state writes, with the prepared
+        models, their state dicts and the folder being written (e.g. to save a model in its own format beside
+        the checkpoint). hpc still saves every model itself. Returns a handle whose remove() unregisters it."""
+        return self._hooks.add("save", hook)
+
+    def register_load_state_pre_hook(self, hook):
+        """``hook(models, input_dir)`` runs on every rank before load_state reads the checkpoint folder. hpc
+        still restores every model itself afterwards. Returns a handle whose remove() unregisters it."""
+        return self._hooks.add("load", hook)
+
+    def _run_save_hooks(self, folder: Path) -> None:
+        if self._hooks.save:
+            models = list(self.training.models)
+            weights = [self.strategy.unwrap(m).state_dict() for m in models]
+            for hook in list(self._hooks.save.values()):
+                hook(models, weights, str(folder))
 
     def _same_path(self, path: str | os.PathLike) -> Path:
         """Rank 0's path, on every rank: a checkpoint is one folder that all ranks write, and scripts often name
@@ -757,6 +794,8 @@ class Accelerator:
             self.resume()
 
     def _restore(self, folder: Path) -> ResumeInfo:
+        for hook in list(self._hooks.load.values()):
+            hook(list(self.training.models), str(folder))
         with self._watchdog.paused("load"):
             meta = self.checkpointer.load(folder)
         self.training.completed_steps, self.step = int(meta.get("step", 0)), int(meta.get("micro_step", 0))

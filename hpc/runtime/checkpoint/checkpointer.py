@@ -83,24 +83,35 @@ class Checkpointer:
             raise HpcError(f"the background checkpoint save failed: {error}", fix="see the traceback above") \
                 from error
 
-    def save(self, folder: Path, meta: dict, async_save: bool = False, purge: bool = True) -> Path:
+    def save(self, folder: Path, meta: dict, async_save: bool = False, purge: bool = True,
+             before_write=None) -> Path:
+        """Write the training state into ``folder`` and commit it. A step folder of the store that is already
+        committed holds this very state (the same step, saved again after a resume) and is kept. Any other
+        committed folder (a script's save_state("latest"), called again) is replaced whole: the new state is
+        written beside it and swapped in once committed, so a crash mid-save leaves the old one loadable.
+        ``before_write(work_folder)`` runs on every rank once the folder exists (save_state's pre-hooks)."""
         self.wait()  # one save in flight: the next waits for the previous to commit
         folder = Path(folder)
-        if manifest.read(folder) is not None:
-            # the same step, saved again after a resume: the committed one is that very state
+        committed = manifest.read(folder) is not None
+        if committed and folder.parent == self.store.root:
             self._barrier()
             return folder
+        work = _beside(folder, "saving") if committed else folder
         if self.rank == 0:
-            if folder.exists():  # left by a save that was cut short
-                shutil.rmtree(folder)
-            folder.mkdir(parents=True)
+            if work.exists():  # left by a save that was cut short
+                shutil.rmtree(work)
+            work.mkdir(parents=True)
         self._barrier()
+        if before_write is not None:
+            before_write(work)
+        target = folder
 
         # GPU state goes through pinned host buffers even for a synchronous save: faster than the pageable
         # copies torch.save makes of each tensor
         buffers = self._staging if async_save or self.acc.device.type == "cuda" else None
         staged = self.format.stage(self.acc.training.models, self.acc.training.optimizers, copy=buffers, background=async_save)
         extras = self._extras(buffers)
+        folder = work
         staged.start(folder)
         if buffers is not None:
             buffers.synchronize()
@@ -114,6 +125,8 @@ class Checkpointer:
             files.finish()
             if self.rank == 0:
                 self._commit(folder, meta, purge)
+                if folder != target:
+                    _swap_in(folder, target)
 
         if background:
             def run() -> None:
@@ -127,7 +140,7 @@ class Checkpointer:
         else:
             job()
             self._barrier()  # every rank returns once the checkpoint is committed
-        return folder
+        return target
 
     def _extras(self, buffers: StagingBuffers | None) -> dict:
         acc = self.acc
@@ -158,6 +171,16 @@ class Checkpointer:
             self.store.purge(background=True)
 
     # --- loading ------------------------------------------------------------------------------------
+    def _settle(self, folder: Path) -> None:
+        """A replacement cut short between its two renames: finish it (or roll it back) before reading."""
+        if self.rank == 0 and not folder.exists():
+            saving, replaced = _beside(folder, "saving"), _beside(folder, "replaced")
+            if manifest.read(saving) is not None:
+                saving.rename(folder)
+            elif replaced.exists():
+                replaced.rename(folder)
+        self._barrier()
+
     def _damage(self, folder: Path) -> str | None:
         """Checked by all ranks together, each a share of the files; the same answer on every rank."""
         data = manifest.read(folder)
@@ -172,6 +195,7 @@ class Checkpointer:
     def choose(self, folder: Path | None) -> Path | None:
         """The explicit folder (damage is an error), or the newest good one in the store (None if none)."""
         if folder is not None:
+            self._settle(Path(folder))
             problem = self._damage(Path(folder))
             if problem:
                 raise HpcError(f"cannot load checkpoint: {problem}", fix="pick another step folder")
@@ -209,3 +233,17 @@ class Checkpointer:
         if rng.exists():  # a job resumed at another world size keeps the fresh streams of its new ranks
             set_rng_state(torch.load(rng, weights_only=False))
         return data
+
+
+def _beside(folder: Path, what: str) -> Path:
+    return folder.with_name(f".{folder.name}.{what}")
+
+
+def _swap_in(new: Path, folder: Path) -> None:
+    """The committed ``new`` takes ``folder``'s place; the old one is deleted only once it is out of the way."""
+    old = _beside(folder, "replaced")
+    if old.exists():
+        shutil.rmtree(old)
+    folder.rename(old)
+    new.rename(folder)
+    shutil.rmtree(old, ignore_errors=True)
