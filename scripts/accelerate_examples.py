@@ -147,7 +147,7 @@ def build_stand_ins(src: Path, work: Path) -> dict:
     for split, n in (("train", 256), ("validation", 64)):
         with open(data / f"mrpc_{split}.jsonl", "w") as f:
             f.writelines(json.dumps(p) + "\n" for p in pairs(n))
-    (data / "wikitext.txt").write_text("\n".join(rng.choice(sentences) for _ in range(200)) + "\n")
+    (data / "wikitext.txt").write_text("\n".join(rng.choice(sentences) for _ in range(2000)) + "\n")
 
     offline = work / "offline"
     offline.mkdir()
@@ -244,7 +244,7 @@ def run_all(framework: str, root: Path, env: dict, processes: int, timeout: floa
                   and not line.lstrip().startswith("warnings.warn")]
         results.append({"example": label, "ok": problem is None, "seconds": round(time.monotonic() - started, 1),
                         "problem": problem, "error": errors[-1][:300] if problem and errors else None,
-                        "output_tail": output[-2500:]})
+                        "output_tail": output[-8000:]})
         print(f"  {framework:10s} {'ok  ' if problem is None else 'FAIL'} {label} ({results[-1]['seconds']} s)"
               + (f": {problem}; {results[-1]['error']}" if problem else ""), file=sys.stderr, flush=True)
     return results
