@@ -43,6 +43,7 @@ from hpc.runtime.precision import Precision, normalize
 from hpc.runtime.state import ProcessState
 from hpc.runtime.strategies import choose, plugin_strategy
 from hpc.runtime import tracking
+from hpc.runtime.stop_vote import StopVote
 from hpc.runtime.training_state import TrainingState
 from hpc.runtime.watchdog import HangWatchdog
 from hpc.runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
@@ -242,6 +243,7 @@ class Accelerator:
         self._preemption = config.get("preemption") or {}
         self._watch = preemption.PreemptionWatch(self._requeue_signals(), os.environ.get("HPC_STOP_FILE"))
         self._stop_code, self._stop_reason = 0, ""
+        self._stop_vote = StopVote(self._process.distributed, self._process.backend)
         self._hang_requeue = bool(config.get("hang_requeue", False))
         hang_timeout = config.get("hang_timeout", DEFAULT_HANG_TIMEOUT_S if config else 0)  # off outside a job
         self._watchdog = self._make_watchdog(float(hang_timeout))
@@ -264,6 +266,7 @@ class Accelerator:
             state[key] = None
         state["_trackers"] = []
         state["_hooks"] = StateHooks()  # callbacks of this process
+        state["_stop_vote"] = StopVote(False, None)  # its votes and group belong to this process
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -327,7 +330,7 @@ class Accelerator:
         it is the step of the newest committed checkpoint, so `while accelerator.completed_steps < total:` starts
         where the last run stopped. Reading it runs no collective (a property may be read on one rank only); the
         resume itself happens at the next call every rank makes: iterating a prepared loader, accumulate(),
-        backward(), gather(), reduce(), wait_for_everyone(), should_stop, save_state(), get_state_dict(),
+        backward(), gather(), reduce(), wait_for_everyone(), save_state(), get_state_dict(),
         save_model()."""
         if self._auto_resume_pending:
             newest = CheckpointStore(self.checkpoint_dir, self._checkpoint_keep).committed()
@@ -583,6 +586,7 @@ class Accelerator:
 
     def gather(self, data):
         self._resume_if_asked()
+        self._vote()
         self._beat("gather")  # the label a hang report shows if the other ranks never come
         if self.debug:
             ops.verify_shapes(data, self.num_processes, "gather")
@@ -593,6 +597,7 @@ class Accelerator:
         (strings, lists of dicts), or use_gather_object=True, are gathered by pickling into one flat list."""
         if use_gather_object or not _all_tensors(data):
             self._resume_if_asked()
+            self._vote()
             self._beat("gather_object")
             items = data if isinstance(data, (list, tuple)) else [data]
             gathered = [item for part in ops.gather_object(items, self.num_processes) for item in part]
@@ -612,6 +617,7 @@ class Accelerator:
         must call it (one small all-reduce)."""
         flag = torch.tensor([1.0 if self._trigger else 0.0], device=self.device)
         if self._process.distributed:
+            self._vote()
             self._beat("check_trigger")
             dist.all_reduce(flag)
         raised = bool(flag.item() > 0)
@@ -621,6 +627,7 @@ class Accelerator:
 
     def reduce(self, data, reduction: str = "mean"):
         self._resume_if_asked()
+        self._vote()
         self._beat("reduce")
         if self.debug:
             ops.verify_shapes(data, self.num_processes, "reduce")
@@ -632,6 +639,7 @@ class Accelerator:
     def wait_for_everyone(self) -> None:
         self._resume_if_asked()  # every rank is here: the place to resume before a final save, say
         if self._process.distributed:
+            self._vote()
             self._beat("wait_for_everyone")
             dist.barrier()
 
@@ -742,6 +750,7 @@ class Accelerator:
 
     def _step_completed(self) -> None:
         """One optimizer step (an accumulation window) has ended (TrainingState counted it)."""
+        self._vote()
         self._pace.step_done()
         self._watchdog.beat(f"optimizer step {self.training.completed_steps}")
 
@@ -818,21 +827,22 @@ class Accelerator:
 
     @property
     def should_stop(self) -> bool:
-        """True on every rank once any rank was told to stop (one small all-reduce). Call at step boundaries."""
-        self._resume_if_asked()
+        """True once any rank was told to stop, the same on every rank at the same point of the loop. Reading it
+        runs no collective (it may be read on one rank only): the ranks vote at each optimizer step and each
+        collective they make (stop_vote.py), so a stop is seen at the first such point after the signal.
+        Check it at step boundaries."""
         self._watch.install(term=True)  # from here on TERM is handled too: the loop checks for it
-        code = self._watch.local_code()
-        if self._process.distributed:
-            self._beat("should_stop")
-            flag = self._flag(code)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            code = int(flag.item())
+        code = self._stop_vote.result(self._watch.local_code())
         if code and not self._stop_code:  # what stopped us, fixed now: signals that follow (SLURM's TERM
             # after our own requeue) change nothing
             self._stop_reason = self._watch.received if self._watch.code == code else (
                 "TERM on another rank" if code == preemption.STOP else "warning signal on another rank")
         self._stop_code = max(self._stop_code, code)
         return self._stop_code > 0
+
+    def _vote(self) -> None:
+        """At a point every rank reaches in the same order (a step, a collective): vote on stopping."""
+        self._stop_vote.cast(self._watch.local_code())
 
     def preemption_point(self) -> None:
         """At a step boundary: if a stop was asked for, checkpoint, requeue (for the warning signal) and exit,
@@ -959,6 +969,7 @@ class Accelerator:
         for tracker in self._trackers:
             tracker.finish()
         self._trackers.clear()
+        self._stop_vote.finish()
         if self._process.distributed and dist.is_initialized():
             # ranks tear their connections down together: a gloo rank whose peer closes while it is still
             # finishing its last collective can abort at exit
