@@ -518,8 +518,9 @@ class Accelerator:
         from hpc.state import DistributedType
 
         if self.distributed_type not in (DistributedType.MULTI_GPU, DistributedType.MULTI_CPU):
-            warnings.warn("join_uneven_inputs is only supported for multi-GPU and multi-CPU data parallelism "
-                          "(DDP); it does nothing here", UserWarning, stacklevel=3)
+            if self.distributed_type != DistributedType.NO:  # one process has nothing to join: no warning
+                warnings.warn("join_uneven_inputs is only supported for multi-GPU and multi-CPU data parallelism "
+                              "(DDP); it does nothing here", UserWarning, stacklevel=3)
             yield
             return
         with contextlib.ExitStack() as stack:
