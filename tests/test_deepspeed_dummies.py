@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 WORKER = textwrap.dedent("""
-    import json, torch
+    import json, sys, torch
     from hpc import Accelerator
     from hpc.utils import DeepSpeedPlugin, DummyOptim, DummyScheduler
     cfg = {"optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto"}},
@@ -28,18 +28,20 @@ WORKER = textwrap.dedent("""
         opt.step(); sched.step(); opt.zero_grad()   # the engine steps the scheduler: sched.step() adds nothing
         lrs.append(sched.get_last_lr()[0])
     group = opt.optimizer.param_groups[0] if hasattr(opt.optimizer, "param_groups") else {}
-    print(json.dumps({"lrs": lrs, "in_config": "optimizer" in acc.state.deepspeed_plugin.deepspeed_config,
-                      "weight_decay": group.get("weight_decay"), "moved": not torch.equal(before, acc.unwrap_model(model).weight.detach())}))
+    with open(f"{sys.argv[1]}/rank{acc.process_index}.json", "w") as f:  # two ranks' prints may interleave
+        json.dump({"lrs": lrs, "in_config": "optimizer" in acc.state.deepspeed_plugin.deepspeed_config,
+                   "weight_decay": group.get("weight_decay"),
+                   "moved": not torch.equal(before, acc.unwrap_model(model).weight.detach())}, f)
     acc.end_training()
 """)
 
 
 def test_a_deepspeed_configs_own_optimizer_and_scheduler_train(tmp_path):
     (tmp_path / "w.py").write_text(WORKER)
-    run = subprocess.run([sys.executable, "-m", "hpc", "launch", "--cpu", "--num_processes", "2", str(tmp_path / "w.py")],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run([sys.executable, "-m", "hpc", "launch", "--cpu", "--num_processes", "2", str(tmp_path / "w.py"),
+                          str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    outs = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    outs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert len(outs) == 2 and outs[0] == outs[1]
     out = outs[0]
     # DeepSpeed's WarmupLR (log warm-up) from 0 to the DummyOptim's 0.1 over the DummyScheduler's 4 steps

@@ -35,7 +35,7 @@ class StopVote:
         if not self.distributed:
             return
         while self._pending and (len(self._pending) >= _MAX_PENDING or self._pending[0][0].is_completed()):
-            self._collect_oldest()
+            self._await_all_reduce()
         flag = torch.tensor([code], dtype=torch.int32)
         self._pending.append((dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True), flag))
 
@@ -44,10 +44,10 @@ class StopVote:
         if not self.distributed:
             return local_code
         while self._pending:
-            self._collect_oldest()
+            self._await_all_reduce()
         return self.agreed
 
-    def _collect_oldest(self) -> None:
+    def _await_all_reduce(self) -> None:
         work, flag = self._pending.popleft()
         work.wait()
         self.agreed = max(self.agreed, int(flag.item()))
@@ -55,4 +55,4 @@ class StopVote:
     def finish(self) -> None:
         """Before the process group goes away: every vote must have completed."""
         while self._pending:
-            self._collect_oldest()
+            self._await_all_reduce()
