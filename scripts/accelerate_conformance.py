@@ -109,7 +109,7 @@ def as_hpc(source: str) -> str:
     return IMPORT_LINE.sub(lambda m: f"{m.group(1)}{m.group(2)} hpc", source)
 
 
-def run_script(name: str, wheel: Path, work: Path, timeout: float, processes: int) -> dict:
+def run_script(name: str, wheel: Path, work: Path, timeout: float, processes: int, gpu: bool = False) -> dict:
     with zipfile.ZipFile(wheel) as archive:
         source = archive.read(f"accelerate/test_utils/scripts/{name}.py").decode()
     script = work / f"{name}.py"
@@ -118,7 +118,7 @@ def run_script(name: str, wheel: Path, work: Path, timeout: float, processes: in
     out.mkdir()
     driver = work / "driver.py"
     driver.write_text(DRIVER)
-    command = [sys.executable, "-m", "hpc", "launch", "--cpu", "--num_processes", str(processes),
+    command = [sys.executable, "-m", "hpc", "launch", *([] if gpu else ["--cpu"]), "--num_processes", str(processes),
                str(driver), str(script), str(out)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     started = time.monotonic()
@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", choices=SCRIPTS, help="run only this script (repeatable)")
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--gpu", action="store_true", help="one GPU per process (NCCL) instead of CPU ranks")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--verbose", action="store_true", help="print each script's output tail")
     args = parser.parse_args(argv)
@@ -163,12 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     chosen = args.only or SCRIPTS
     gpus = _gpu_count()
-    skipped = [name for name in chosen if name in NEEDS_GPUS and gpus < args.processes]
+    skipped = [name for name in chosen if name in NEEDS_GPUS and not (args.gpu and gpus >= args.processes)]
     try:
         for name in [n for n in chosen if n not in skipped]:
             if not args.json:
                 print(f"{name} ...", file=sys.stderr, flush=True)
-            results.append(run_script(name, wheel, work, args.timeout, args.processes))
+            results.append(run_script(name, wheel, work, args.timeout, args.processes, args.gpu))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if args.json:
@@ -185,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             print(result["output_tail"])
     for name in skipped:
         print(f"\n{name}: not run (it needs {args.processes} GPUs, as in Accelerate's own CI)")
-    print(f"\n{passed} of {total} cases pass (Accelerate {ACCELERATE_VERSION}'s scripts, {args.processes} CPU ranks)")
+    print(f"\n{passed} of {total} cases pass (Accelerate {ACCELERATE_VERSION}'s scripts, {args.processes} "
+          f"{'GPU' if args.gpu else 'CPU'} ranks)")
     return 0
 
 
