@@ -299,6 +299,9 @@ class PartialState:
 
     def destroy_process_group(self, group=None) -> None:
         if dist.is_available() and dist.is_initialized():
+            from hpc.runtime import stop_vote
+
+            stop_vote.finish_all()  # stop votes still travelling need the group
             dist.destroy_process_group(group)
 
 

@@ -14,11 +14,19 @@ the GPU's queued work.
 from __future__ import annotations
 
 import collections
+import weakref
 
 import torch
 import torch.distributed as dist
 
 _MAX_PENDING = 8  # votes still travelling; older ones are waited for (they finish in microseconds)
+_votes: "weakref.WeakSet[StopVote]" = weakref.WeakSet()
+
+
+def finish_all() -> None:
+    """Before the process group goes away (PartialState().destroy_process_group()): every vote completed."""
+    for vote in list(_votes):
+        vote.finish()
 
 
 class StopVote:
@@ -27,6 +35,7 @@ class StopVote:
         self.agreed = 0
         self._pending: collections.deque = collections.deque()
         self._group = None
+        _votes.add(self)
         if distributed and backend is not None and "gloo" not in backend:
             self._group = dist.new_group(backend="gloo")  # every rank, at the same point: the Accelerator's start
 
