@@ -42,6 +42,10 @@ class DistEnv:
                 "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.master_port)}
 
 
+# what export() sets: a process's place in its job
+STANDARD_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
 def _int(environ: Mapping[str, str], key: str, default: int | None = None) -> int:
     value = environ.get(key)
     if value is None or value == "":

@@ -34,6 +34,19 @@ def test_nproc_starts_local_ranks(project):
     assert all(r["argv"] == ["--lr", "it's"] for r in ranks)
 
 
+def test_a_single_process_runs_leftover_variables_do_not_swallow_nproc(project):
+    """RANK=0 WORLD_SIZE=1 left in a shell (a notebook, an earlier single-process run) used to make `--nproc 2`
+    start one process, silently. A launcher's real ranks that disagree with the ask are a one-line error."""
+    leftover = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "29999"}
+    proc = launch(project, "--nproc", "2", "dump.py", env=leftover)
+    assert proc.returncode == 0, proc.stderr
+    ranks = dumps(project)
+    assert [r["env"]["RANK"] for r in ranks] == ["0", "1"] and {r["env"]["WORLD_SIZE"] for r in ranks} == {"2"}
+    proc = launch(project, "--num_processes", "2", "dump.py", env={"RANK": "3", "WORLD_SIZE": "4"})
+    assert proc.returncode == 2 and "already rank 3 of 4" in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
 def test_in_an_srun_task_it_sets_the_variables_and_execs(project):
     slurm = {"SLURM_JOB_ID": "4321", "SLURM_STEP_ID": "0", "SLURM_PROCID": "2", "SLURM_LOCALID": "0",
              "SLURM_NODEID": "1", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "cn[3-4]",

@@ -58,6 +58,9 @@ def single(monkeypatch):
     for key in list(os.environ):
         if key.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_", "SLURM_", "HPC_")):
             monkeypatch.delenv(key)
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(key, "")  # recorded as absent: what the Accelerator exports goes with the test
+        monkeypatch.delenv(key)
 
 
 def test_fp16_skips_an_inf_step_and_halves_the_scale(single):

@@ -73,6 +73,7 @@ def launch(nproc, launcher, elastic, as_module, quiet_short, target, args, **acc
         checks.elastic(elastic)
     machines = request.values.get("nodes")
     total = request.values.get("num_processes")
+    asked = nproc or (total // (machines or 1) if total else None)  # from this command line, not the job
     if nproc is None and total:
         if total % (machines or 1):
             raise HpcError(f"--num_processes {total} does not divide over {machines} machines",
@@ -87,6 +88,8 @@ def launch(nproc, launcher, elastic, as_module, quiet_short, target, args, **acc
 
     in_slurm_step = "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ
     started = "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if started and not in_slurm_step and asked and asked > 1:
+        started = _launched_already(asked, hpc_env)
     if in_slurm_step and not started:
         node = hpc_env.detect()
         agent_per_node = launch_plan.one_task_per_node(os.environ)
@@ -106,6 +109,23 @@ def launch(nproc, launcher, elastic, as_module, quiet_short, target, args, **acc
         _exec(_local_processes(nproc, as_module, no_python, target, args, request.values))
     hpc_env.export(hpc_env.detect())
     _exec(_python_target(as_module, no_python, target, args))
+
+
+def _launched_already(asked: int, hpc_env) -> bool:
+    """RANK and WORLD_SIZE are set and the command line asks for `asked` processes. A world of one is what a
+    single-process run leaves in a shell (a notebook, an Accelerator built in this interpreter's parent):
+    not a launch, so its variables go and the processes start. A launcher's ranks must agree with the ask."""
+    world = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE")
+    if os.environ.get("WORLD_SIZE") == "1":
+        for key in hpc_env.STANDARD_VARIABLES:
+            os.environ.pop(key, None)
+        return False
+    if world != str(asked):
+        raise HpcError(f"this process is already rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} (RANK and "
+                       f"WORLD_SIZE are set) and the command line asks for {asked} processes",
+                       fix="unset RANK and WORLD_SIZE to start the processes here, or drop --nproc/--num_processes "
+                           "under a launcher that starts them")
+    return True
 
 
 def _local_processes(nproc, as_module, no_python, target, args, values) -> list[str]:
