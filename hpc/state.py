@@ -60,8 +60,11 @@ _STRATEGY_TYPES = {"single": DistributedType.NO, "fsdp": DistributedType.FSDP, "
 
 
 def distributed_type_of(kind, device: torch.device, world: int) -> DistributedType:
-    """hpc's strategy name (Accelerator.strategy.name; None without an Accelerator) as Accelerate's DistributedType.
-    Plain data parallelism (and a bare process group) is MULTI_GPU or MULTI_CPU by the device, as in Accelerate."""
+    """hpc's strategy name (Accelerator.strategy.name; None without an Accelerator) as Accelerate's DistributedType,
+    unless a script set one (AcceleratorState().distributed_type = ...). Plain data parallelism (and a bare process
+    group) is MULTI_GPU or MULTI_CPU by the device, as in Accelerate."""
+    if "distributed_type" in PartialState._shared_state:
+        return PartialState._shared_state["distributed_type"]
     if isinstance(kind, DistributedType):
         return kind
     if kind in _STRATEGY_TYPES:
@@ -159,8 +162,6 @@ class PartialState:
 
     @property
     def distributed_type(self) -> DistributedType:
-        if "distributed_type" in self._shared_state:  # set by a script (AcceleratorState().distributed_type = ...)
-            return self._shared_state["distributed_type"]
         accelerator = _accelerator()
         kind = accelerator.distributed_type if accelerator is not None else None
         return distributed_type_of(kind, self.device, self.num_processes)
@@ -395,7 +396,7 @@ def wait_for_everyone() -> None:
 
 
 def __getattr__(name: str):
-    if name == "GradientState":  # the Accelerator's own (per Accelerator, not a singleton): loaded on first use
+    if name == "GradientState":  # shared by the process, as Accelerate's: loaded on first use
         from hpc.runtime.gradient_state import GradientState
 
         return GradientState

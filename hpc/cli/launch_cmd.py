@@ -73,12 +73,12 @@ def launch(nproc, launcher, elastic, as_module, quiet_short, target, args, **acc
         checks.elastic(elastic)
     machines = request.values.get("nodes")
     total = request.values.get("num_processes")
-    asked = nproc or (total // (machines or 1) if total else None)  # from this command line, not the job
     if nproc is None and total:
         if total % (machines or 1):
             raise HpcError(f"--num_processes {total} does not divide over {machines} machines",
                            fix="give a multiple of --num_machines")
         nproc = total // (machines or 1)
+    asked = nproc  # by the command line or a config file, not by the job this may run in
     nproc = nproc or config.get("nproc_per_node")
     launcher = launcher or config.get("launcher") or "srun"
     os.environ.update(request.environ)
@@ -89,7 +89,7 @@ def launch(nproc, launcher, elastic, as_module, quiet_short, target, args, **acc
     in_slurm_step = "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ
     started = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if started and not in_slurm_step and asked and asked > 1:
-        started = _launched_already(asked, hpc_env)
+        started = _launched_already(asked)
     if in_slurm_step and not started:
         node = hpc_env.detect()
         agent_per_node = launch_plan.one_task_per_node(os.environ)
@@ -111,13 +111,15 @@ def launch(nproc, launcher, elastic, as_module, quiet_short, target, args, **acc
     _exec(_python_target(as_module, no_python, target, args))
 
 
-def _launched_already(asked: int, hpc_env) -> bool:
+def _launched_already(asked: int) -> bool:
     """RANK and WORLD_SIZE are set and the command line asks for `asked` processes. A world of one is what a
     single-process run leaves in a shell (a notebook, an Accelerator built in this interpreter's parent):
     not a launch, so its variables go and the processes start. A launcher's ranks must agree with the ask."""
     world = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE")
+    from hpc.env import STANDARD_VARIABLES
+
     if os.environ.get("WORLD_SIZE") == "1":
-        for key in hpc_env.STANDARD_VARIABLES:
+        for key in STANDARD_VARIABLES:
             os.environ.pop(key, None)
         return False
     if world != str(asked):

@@ -314,10 +314,8 @@ class Accelerator:
     @property
     def distributed_type(self):
         """Accelerate's DistributedType (a str enum: NO, MULTI_CPU, MULTI_GPU, FSDP, DEEPSPEED)."""
-        from hpc.state import PartialState, distributed_type_of
+        from hpc.state import distributed_type_of
 
-        if "distributed_type" in PartialState._shared_state:  # a script set AcceleratorState().distributed_type
-            return PartialState._shared_state["distributed_type"]
         return distributed_type_of(self.strategy.name, self.device, self.num_processes)
 
     @property

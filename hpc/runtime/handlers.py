@@ -49,7 +49,8 @@ class DistributedDataParallelKwargs(KwargsHandler):
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
         kind = DDPCommunicationHookType(hook)
-        wants_bf16 = DDPCommunicationHookType.BF16 in (kind, self.comm_wrapper and DDPCommunicationHookType(self.comm_wrapper))
+        wrapper = DDPCommunicationHookType(self.comm_wrapper) if self.comm_wrapper else DDPCommunicationHookType.NO
+        wants_bf16 = DDPCommunicationHookType.BF16 in (kind, wrapper)
         if wants_bf16 and model.device_ids is None:  # torch's bf16 hooks exist for NCCL only
             from hpc.errors import HpcError
 
@@ -63,7 +64,6 @@ class DistributedDataParallelKwargs(KwargsHandler):
         state = powerSGD_hook.PowerSGDState(process_group=None, **self.comm_state_option)
         hook_fn = powerSGD_hook.powerSGD_hook if kind == DDPCommunicationHookType.POWER_SGD \
             else powerSGD_hook.batched_powerSGD_hook
-        wrapper = DDPCommunicationHookType(self.comm_wrapper) if self.comm_wrapper else DDPCommunicationHookType.NO
         if wrapper == DDPCommunicationHookType.FP16:
             hook_fn = default_hooks.fp16_compress_wrapper(hook_fn)
         elif wrapper == DDPCommunicationHookType.BF16:

@@ -41,7 +41,8 @@ def verify_shapes(data, world: int, operation: str) -> None:
     if any(s != shapes[0] for s in shapes):
         listed = "; ".join(f"rank {r}: {s}" for r, s in enumerate(shapes))
         raise DistributedOperationException(f"{operation}: the ranks hold different shapes ({listed})",
-                       fix="pad with pad_across_processes first, or give every rank the same shapes")
+                                            fix="pad with pad_across_processes first, or give every rank the same "
+                                                "shapes")
 
 
 def gather_object(obj, world: int) -> list:

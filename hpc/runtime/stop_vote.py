@@ -52,8 +52,7 @@ class StopVote:
         """The largest reason any rank gave in the votes so far (this rank's own without a process group)."""
         if not self.distributed:
             return local_code
-        while self._pending:
-            self._await_all_reduce()
+        self.finish()
         return self.agreed
 
     def _await_all_reduce(self) -> None:

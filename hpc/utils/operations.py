@@ -17,8 +17,8 @@ from hpc.runtime import ops
 from hpc.runtime.data import send_to_device  # noqa: F401 - the prepared loader's, public here as in Accelerate
 from hpc.runtime.ops import DistributedOperationException  # noqa: F401 - raised by the debug-mode shape check
 
-__all__ = ["DistributedOperationException", "broadcast", "broadcast_object_list", "concatenate", "copy_tensor_to_devices", "find_batch_size", "gather", "gather_object",
-           "honor_type", "is_namedtuple", "is_torch_tensor", "listify", "pad_across_processes", "recursively_apply",
+__all__ = ["DistributedOperationException", "broadcast", "broadcast_object_list", "concatenate",
+           "copy_tensor_to_devices", "find_batch_size", "gather", "gather_object", "honor_type", "is_namedtuple", "is_torch_tensor", "listify", "pad_across_processes", "recursively_apply",
            "reduce", "send_to_device", "slice_tensors"]
 
 

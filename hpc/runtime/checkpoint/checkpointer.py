@@ -104,29 +104,28 @@ class Checkpointer:
         self._barrier()
         if before_write is not None:
             before_write(work)
-        target = folder
 
         # GPU state goes through pinned host buffers even for a synchronous save: faster than the pageable
         # copies torch.save makes of each tensor
         buffers = self._staging if async_save or self.acc.device.type == "cuda" else None
-        staged = self.format.stage(self.acc.training.models, self.acc.training.optimizers, copy=buffers, background=async_save)
+        staged = self.format.stage(self.acc.training.models, self.acc.training.optimizers, copy=buffers,
+                                   background=async_save)
         extras = self._extras(buffers)
-        folder = work
-        staged.start(folder)
+        staged.start(work)
         if buffers is not None:
             buffers.synchronize()
         background = async_save and staged.background_ok
 
         def job() -> None:
-            files = FileSet(folder, self.rank, fsync=self.fsync)
+            files = FileSet(work, self.rank, fsync=self.fsync)
             for name, obj in extras.items():
                 files.save(name, obj)
-            staged.write(folder, files)
+            staged.write(work, files)
             files.finish()
             if self.rank == 0:
-                self._commit(folder, meta, purge)
-                if folder != target:
-                    _swap_in(folder, target)
+                self._commit(work, meta, purge)
+                if work != folder:
+                    _swap_in(work, folder)
 
         if background:
             def run() -> None:
@@ -140,7 +139,7 @@ class Checkpointer:
         else:
             job()
             self._barrier()  # every rank returns once the checkpoint is committed
-        return target
+        return folder
 
     def _extras(self, buffers: StagingBuffers | None) -> dict:
         acc = self.acc
