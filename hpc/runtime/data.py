@@ -23,6 +23,7 @@ from hpc.runtime.data_plan import MapPlan
 from hpc.runtime.data_readers import MapReader, StreamReader
 from hpc.runtime.data_shards import Layout
 from hpc.runtime.gradient_state import GradientState
+from hpc.runtime.nest import honor_type
 from hpc.runtime.training_state import TrainingState
 
 
@@ -106,7 +107,9 @@ class PreparedDataLoader:
         self.layout = self._reader.layout = layout
 
     def __len__(self) -> int:
-        return max(0, len(self._reader) - self._skip)
+        """The epoch's length in batches, at every point of it (a resumed epoch too), as Accelerate's: scripts
+        compute `starting_epoch = resume_step // len(train_dataloader)` from it after load_state."""
+        return len(self._reader)
 
     @property
     def epoch(self) -> int:
@@ -120,6 +123,12 @@ class PreparedDataLoader:
     def resume_at(self, epoch: int, position: int) -> None:
         """The next pass continues epoch `epoch` after its first `position` batches."""
         self._epoch, self._skip, self.position = epoch, position, position
+
+    @property
+    def restores_position(self) -> bool:
+        """Whether an explicit load_state puts this loader back mid-epoch, as Accelerate's load_state does only for
+        a StatefulDataLoader; other loaders restart their epoch and the script skips (skip_first_batches)."""
+        return bool(self.config.use_stateful_dataloader)
 
     def state_dict(self) -> dict:
         out = {"epoch": self._epoch, "position": self.position}
@@ -189,7 +198,9 @@ class ShardView:
 
 
 class SkipFirstBatches:
-    """skip_first_batches(dl, n): the rest of the current epoch, without loading the skipped batches."""
+    """skip_first_batches(dl, n): the current epoch from its batch n on, without loading the skipped batches.
+    n counts from the epoch's start, as in Accelerate, whatever position a resume left the loader at: a script
+    that skips after load_state never skips twice."""
 
     def __init__(self, prepared: PreparedDataLoader, n: int):
         self.prepared, self.n = prepared, n
@@ -215,6 +226,9 @@ def send_to_device(batch, device, non_blocking: bool = False, skip_keys=None):
         return type(batch)({k: v if k in skip else send_to_device(v, device, non_blocking, skip_keys)
                             for k, v in batch.items()})
     if isinstance(batch, (list, tuple)):
-        moved = [send_to_device(v, device, non_blocking, skip_keys) for v in batch]
-        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
+        return honor_type(batch, (send_to_device(v, device, non_blocking, skip_keys) for v in batch))
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return dataclasses.replace(batch, **{f.name: send_to_device(getattr(batch, f.name), device, non_blocking,
+                                                                    skip_keys)
+                                             for f in dataclasses.fields(batch) if f.init})
     return batch

@@ -1,4 +1,5 @@
-"""Collectives over tensors and nests of tensors (dicts, lists, tuples)."""
+"""Collectives over tensors and nests of tensors: the one implementation behind the Accelerator's methods and
+hpc.utils.operations' functions. Nests are walked by hpc.runtime.nest (namedtuples, any Mapping, dataclasses)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import torch
 import torch.distributed as dist
 
 from hpc.errors import HpcError
+from hpc.runtime.nest import recursively_apply
 
 
 class DistributedOperationException(HpcError):
@@ -13,23 +15,14 @@ class DistributedOperationException(HpcError):
 
 
 def _map(fn, data):
-    if isinstance(data, torch.Tensor):
-        return fn(data)
-    if isinstance(data, dict):
-        return type(data)({k: _map(fn, v) for k, v in data.items()})
-    if isinstance(data, (list, tuple)):
-        return type(data)(_map(fn, v) for v in data)
-    return data
+    """``fn`` on every tensor of the nest; anything else is refused by name, as Accelerate's collectives do."""
+    return recursively_apply(fn, data, error_on_other_type=True)
 
 
 def _shapes(data):
-    if isinstance(data, torch.Tensor):
-        return tuple(data.shape)
-    if isinstance(data, dict):
-        return {k: _shapes(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [_shapes(v) for v in data]
-    return type(data).__name__
+    """The nest with each tensor as its shape and any other leaf as its type's name (comparable across ranks)."""
+    return recursively_apply(lambda leaf: tuple(leaf.shape) if isinstance(leaf, torch.Tensor)
+                             else type(leaf).__name__, data, test_type=lambda leaf: True)
 
 
 def verify_shapes(data, world: int, operation: str) -> None:
@@ -56,31 +49,36 @@ def gather_object(obj, world: int) -> list:
 
 def gather(data, world: int):
     """Every rank's tensors, concatenated along dim 0 (rank 0's first). Shapes must agree but in dim 0."""
-    if world == 1:
-        return data
-
-    def one(t: torch.Tensor) -> torch.Tensor:
+    def _gather(t: torch.Tensor) -> torch.Tensor:
+        if world == 1:  # walked all the same: non-tensors are refused as with several ranks
+            return t
         t = t.contiguous() if t.dim() else t.reshape(1)
         parts = [torch.empty_like(t) for _ in range(world)]
         dist.all_gather(parts, t)
         return torch.cat(parts, dim=0)
 
-    return _map(one, data)
+    return _map(_gather, data)
 
 
-def reduce(data, world: int, op: str = "mean"):
-    if world == 1:
-        return data
-    ops = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-    if op not in ops:
-        raise ValueError(f"reduction {op!r}: use one of {', '.join(ops)}")
+REDUCTIONS = ("mean", "sum", "max", "min", "none")
 
-    def one(t: torch.Tensor) -> torch.Tensor:
+
+def reduce(data, world: int, reduction: str = "mean"):
+    """Every tensor reduced over the ranks into a new tensor (also with one process). "none" sums without
+    dividing, as Accelerate's does; "min" is hpc's addition."""
+    if reduction not in REDUCTIONS:
+        raise HpcError(f"reduce(reduction={reduction!r}) is not known", fix=f"use one of {', '.join(REDUCTIONS)}")
+    op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(reduction, dist.ReduceOp.SUM)
+
+    def _reduce(t: torch.Tensor) -> torch.Tensor:
         out = t.clone()
-        dist.all_reduce(out, op=ops[op])
-        return out / world if op == "mean" else out
+        if world > 1:
+            dist.all_reduce(out, op=op)
+            if reduction == "mean":
+                out /= world
+        return out
 
-    return _map(one, data)
+    return _map(_reduce, data)
 
 
 def pad_across_processes(data, world: int, dim: int = 0, pad_index: int = 0, pad_first: bool = False):
@@ -88,7 +86,7 @@ def pad_across_processes(data, world: int, dim: int = 0, pad_index: int = 0, pad
     if world == 1:
         return data
 
-    def one(t: torch.Tensor) -> torch.Tensor:
+    def _pad_across_processes(t: torch.Tensor) -> torch.Tensor:
         if t.dim() == 0:
             return t
         size = torch.tensor([t.shape[dim]], device=t.device)
@@ -104,8 +102,11 @@ def pad_across_processes(data, world: int, dim: int = 0, pad_index: int = 0, pad
         out[tuple(index)] = t
         return out
 
-    return _map(one, data)
+    return _map(_pad_across_processes, data)
 
 
 def truncate(data, n: int):
-    return _map(lambda t: t[:n], data)
+    def _truncate(t: torch.Tensor) -> torch.Tensor:
+        return t[:n]
+
+    return _map(_truncate, data)

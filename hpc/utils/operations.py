@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from hpc.errors import HpcError
 from hpc.runtime import ops
+from hpc.runtime.nest import honor_type, is_namedtuple, is_torch_tensor, recursively_apply
 from hpc.runtime.data import send_to_device  # noqa: F401 - the prepared loader's, public here as in Accelerate
 from hpc.runtime.ops import DistributedOperationException  # noqa: F401 - raised by the debug-mode shape check
 
@@ -28,38 +29,6 @@ def _state():
     return PartialState()
 
 
-def is_torch_tensor(data) -> bool:
-    return isinstance(data, torch.Tensor)
-
-
-def is_namedtuple(data) -> bool:
-    return isinstance(data, tuple) and hasattr(data, "_asdict") and hasattr(data, "_fields")
-
-
-def honor_type(obj, generator):
-    """The generator's items as obj's type (list, tuple, namedtuple: the last takes them as arguments)."""
-    return type(obj)(*list(generator)) if is_namedtuple(obj) else type(obj)(generator)
-
-
-def recursively_apply(func, data, *args, test_type=is_torch_tensor, error_on_other_type: bool = False, **kwargs):
-    """``func(leaf, *args, **kwargs)`` on every leaf passing ``test_type`` in nested lists, tuples and mappings.
-    Other leaves are kept, or refused with ``error_on_other_type``."""
-    if isinstance(data, (tuple, list)):
-        return honor_type(data, (recursively_apply(func, o, *args, test_type=test_type,
-                                                   error_on_other_type=error_on_other_type, **kwargs) for o in data))
-    if isinstance(data, Mapping):
-        return type(data)({k: recursively_apply(func, v, *args, test_type=test_type,
-                                                error_on_other_type=error_on_other_type, **kwargs)
-                           for k, v in data.items()})
-    if test_type(data):
-        return func(data, *args, **kwargs)
-    if error_on_other_type:
-        name = getattr(func, "__name__", "this operation").lstrip("_")
-        raise HpcError(f"{name} got a {type(data).__name__}: it takes tensors, or lists, tuples and dicts of them",
-                       fix="convert it to a tensor first (gather_object takes any picklable object)")
-    return data
-
-
 def _verified(data, operation: str, world: int):
     if world > 1 and _state().debug:
         ops.verify_shapes(data, world, operation)
@@ -69,11 +38,7 @@ def gather(tensor):
     """Every rank's tensors, concatenated along dim 0 in rank order (a 0-d tensor counts as shape [1])."""
     world = _state().num_processes
     _verified(tensor, "gather", world)
-
-    def _gather(t):
-        return ops.gather(t, world)
-
-    return recursively_apply(_gather, tensor, error_on_other_type=True)
+    return ops.gather(tensor, world)
 
 
 def gather_object(object):  # noqa: A002 - Accelerate's parameter name
@@ -116,24 +81,12 @@ def _check_rank(rank: int, world: int, operation: str) -> None:
                        fix=f"use 0 to {world - 1}")
 
 
-REDUCTIONS = ("mean", "sum", "max", "min", "none")
-
-
 def reduce(tensor, reduction: str = "mean", scale: float = 1.0):
-    """Every tensor reduced over the ranks, then multiplied by ``scale``; a new tensor even with one process.
-
-    "none" sums without dividing, as Accelerate's does; "min" is hpc's addition."""
-    if reduction not in REDUCTIONS:
-        raise HpcError(f"reduce(reduction={reduction!r}) is not known", fix=f"use one of {', '.join(REDUCTIONS)}")
+    """Every tensor reduced over the ranks; a new tensor even with one process. ``scale`` is Accelerate's, which
+    applies it on TPUs (XLA) only: on CPUs and GPUs the result is not scaled, there as here."""
     world = _state().num_processes
     _verified(tensor, "reduce", world)
-    op = "sum" if reduction == "none" else reduction
-
-    def _reduce(t):
-        out = ops.reduce(t, world, op) if world > 1 else t.clone()
-        return out * scale if scale != 1.0 else out
-
-    return recursively_apply(_reduce, tensor, error_on_other_type=True)
+    return ops.reduce(tensor, world, reduction)
 
 
 def pad_across_processes(tensor, dim: int = 0, pad_index=0, pad_first: bool = False):
