@@ -4,7 +4,7 @@ Importing this package must stay cheap and torch-free: the login-node CLI import
 Public names load on first use.
 """
 
-__version__ = "0.1.0"
+from hpc.version import ACCELERATE_API_VERSION, HPC_VERSION, __version__  # noqa: F401 - public
 
 _LAZY = {"Accelerator": ("hpc.runtime", "Accelerator"), "set_seed": ("hpc.runtime", "set_seed"),
          "DistributedDataParallelKwargs": ("hpc.runtime", "DistributedDataParallelKwargs"),

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from hpc import __version__
+from hpc.version import ACCELERATE_API_VERSION, HPC_VERSION
 from hpc.errors import EXIT_USER_ERROR, HpcError
 
 # name -> (module, attribute, one-line help shown by `hpc --help` without importing the module)
@@ -59,7 +59,8 @@ Examples:
 
 
 @click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="hpc")
+@click.version_option(HPC_VERSION, prog_name="hpc",
+                      message=f"%(prog)s %(version)s (Accelerate API {ACCELERATE_API_VERSION})")
 def cli():
     """Take a PyTorch training script from one machine to a multi-node SLURM cluster."""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from hpc import __version__
+from hpc.version import ACCELERATE_API_VERSION, HPC_VERSION
 from hpc.cli.output import echo_json, table
 
 _PACKAGES = ("torch", "deepspeed", "submitit", "jinja2", "click", "pyyaml", "psutil")
@@ -81,7 +81,7 @@ def _profile() -> dict:
 def env(as_json):
     """Versions, detected scheduler, profile, GPUs and NICs: paste it into a bug report."""
     info = {
-        "hpc": __version__,
+        "hpc": HPC_VERSION, "accelerate_api": ACCELERATE_API_VERSION,
         "python": f"{platform.python_version()} ({sys.executable})",
         "platform": platform.platform(),
         "packages": {p: _version(p) for p in _PACKAGES},
