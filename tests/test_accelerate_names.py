@@ -142,6 +142,29 @@ SCRIPT = textwrap.dedent("""
         r["after_one_step"] = gather_object([model.module.weight.item()])
         local_sgd.step()
         r["after_two_steps"] = gather_object([model.module.weight.item()])
+
+    # what scripts hand the Accelerator's collectives: namedtuples, a tokenizer's BatchEncoding (a UserDict),
+    # dataclasses; reduce() sums by default (hpc.utils.reduce means), scale= is taken
+    import collections, dataclasses
+    Pair = collections.namedtuple("Pair", "a b")
+
+    class Encoding(collections.UserDict):
+        pass
+
+    @dataclasses.dataclass
+    class Out:
+        loss: torch.Tensor
+        note: str = "kept"
+
+    pair = accelerator.gather(Pair(torch.tensor([rank]), torch.tensor([rank * 10])))
+    enc = accelerator.gather(Encoding(ids=torch.tensor([[rank, rank]])))
+    out = accelerator.gather(Out(torch.tensor([rank + 0.5])))
+    r["nests"] = {"pair": [type(pair).__name__, listify(pair.a), listify(pair.b)],
+                  "encoding": [type(enc).__name__, listify(enc["ids"])],
+                  "dataclass": [type(out).__name__, listify(out.loss), out.note],
+                  "reduce_default": accelerator.reduce(torch.tensor([rank + 1.0])).item(),
+                  "reduce_mean_scaled": accelerator.reduce(torch.tensor([rank + 1.0]), "mean", scale=2.0).item(),
+                  "moved": type(accelerator.gather_for_metrics(Pair(torch.tensor([rank]), torch.tensor([0])))).__name__}
     accelerator.end_training()
 
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
@@ -197,6 +220,10 @@ def test_two_ranks(tmp_path):
                                "local1": [None, 1]}
     assert r0["device_specific"][0] != r0["device_specific"][1]
     assert r0["synchronized"][0] == r0["synchronized"][1]
+    for r in (r0, r1):
+        assert r["nests"] == {"pair": ["Pair", [0, 1], [0, 10]], "encoding": ["Encoding", [[0, 0], [1, 1]]],
+                              "dataclass": ["Out", [0.5, 1.5], "kept"], "reduce_default": 3.0,
+                              "reduce_mean_scaled": 1.5, "moved": "Pair"}
     assert r0["local_grads"] == [1.0, 2.0]  # each rank's own gradient: LocalSGD turned the all-reduce off
     assert r0["after_one_step"] == [0.0, 1.0] and r0["after_two_steps"] == [0.5, 0.5]
 

@@ -2,7 +2,8 @@
 
 Lists and tuples keep their type (a namedtuple is rebuilt from its fields), any Mapping keeps its type (a
 tokenizer's BatchEncoding is a UserDict, transformers' ModelOutput an OrderedDict), and a dataclass that is
-neither is rebuilt with its walked fields. Leaves that are not tensors are kept, or refused by name.
+neither is rebuilt with its walked fields (fields that are not tensors are kept as they are: Accelerate does not walk
+dataclasses at all). Other leaves that are not tensors are kept, or refused by name.
 """
 
 from __future__ import annotations
@@ -36,24 +37,24 @@ def recursively_apply(func, data, *args, test_type=is_torch_tensor, error_on_oth
     """``func(leaf, *args, **kwargs)`` on every leaf passing ``test_type``; containers rebuilt as their own type.
     Other leaves are kept, or refused with ``error_on_other_type``."""
 
-    def walk(item):
+    def walk(item, strict: bool):
         if isinstance(item, (tuple, list)):
-            return honor_type(item, (walk(o) for o in item))
+            return honor_type(item, (walk(o, strict) for o in item))
         if isinstance(item, Mapping):
-            return type(item)({k: walk(v) for k, v in item.items()})
+            return type(item)({k: walk(v, strict) for k, v in item.items()})
         if test_type(item):
             return func(item, *args, **kwargs)
-        if _is_plain_dataclass(item):
-            walked = {f.name: walk(getattr(item, f.name)) for f in dataclasses.fields(item) if f.init}
+        if _is_plain_dataclass(item):  # its other fields (a name, a flag) are its own, kept as they are
+            walked = {f.name: walk(getattr(item, f.name), False) for f in dataclasses.fields(item) if f.init}
             return dataclasses.replace(item, **walked)
-        if error_on_other_type:
+        if strict:
             name = getattr(func, "__name__", "this operation").lstrip("_")
             raise HpcError(f"{name} got a {type(item).__name__}: it takes tensors, or lists, tuples, dicts and "
                            "dataclasses of them", fix="convert it to a tensor first (gather_object takes any "
                                                       "picklable object)")
         return item
 
-    return walk(data)
+    return walk(data, error_on_other_type)
 
 
 def all_tensors(data) -> bool:
