@@ -256,7 +256,7 @@ def test_resuming_mid_epoch_gives_exactly_the_rest(kind, config):
         straight = [epoch(dl, acc) for _ in range(3)]
         dl, acc = prepared(make, rank, 2, **config)
         dl.resume_at(2, 1)
-        assert len(dl) == len(straight[2]) - 1
+        assert len(dl) == len(straight[2])  # the epoch's length, as Accelerate's (scripts divide by it)
         assert epoch(dl, acc) == straight[2][1:] and dl.epoch == 3
         dl.set_epoch(1)
         assert epoch(SkipFirstBatches(dl, 2), acc) == straight[1][2:]

@@ -37,7 +37,8 @@ def test_a_resumed_run_continues_the_same_tensorboard_and_jsonl_run(tmp_path):
         proc = subprocess.run([sys.executable, "train.py", str(attempt)], cwd=tmp_path, env=launch_env(),
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == code, proc.stderr
-    runs = [p for p in (tmp_path / "proj" / "logs").iterdir() if p.is_dir()]
+    # TensorBoard's run where Accelerate puts it (project_dir/<project_name>); hpc's JSONL in project_dir/logs
+    runs = [p for p in (tmp_path / "proj").iterdir() if p.is_dir() and p.name not in ("logs", "checkpoints")]
     assert [p.name for p in runs] == ["run"]
     events = EventAccumulator(str(runs[0]))
     events.Reload()

@@ -28,6 +28,7 @@ from hpc import layout, runtime_config
 from hpc.config import accelerate_settings
 from hpc.errors import HpcError
 from hpc.runtime import model_files, ops, preemption
+from hpc.runtime.nest import all_tensors
 from hpc.runtime.checkpoint.checkpointer import Checkpointer
 from hpc.runtime.compile import Compile, TorchDynamoPlugin
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
@@ -125,16 +126,6 @@ class _NoTracker:
 
     def __getattr__(self, name):
         return lambda *args, **kwargs: None
-
-
-def _all_tensors(data) -> bool:
-    if isinstance(data, torch.Tensor):
-        return True
-    if isinstance(data, dict):
-        return bool(data) and all(_all_tensors(v) for v in data.values())
-    if isinstance(data, (list, tuple)):
-        return bool(data) and all(_all_tensors(v) for v in data)
-    return False
 
 
 class Accelerator:
@@ -374,7 +365,9 @@ class Accelerator:
 
     @property
     def logging_dir(self) -> Path:
-        return Path(self.project_configuration.logging_dir or self.project_dir / "logs")
+        """Where trackers write their runs: ProjectConfiguration's logging_dir, else the project folder (as in
+        Accelerate); hpc's own JSONL log goes to project_dir/logs."""
+        return Path(self.project_configuration.logging_dir or self.project_dir)
 
     @property
     def save_iteration(self) -> int:
@@ -481,10 +474,12 @@ class Accelerator:
     def accumulate(self, *models: torch.nn.Module):
         """One micro-step: gradients are all-reduced only at the end of a window (or of the data)."""
         self._resume_if_asked()
-        self.step += 1
         plugin = self.gradient_accumulation_plugin or GradientAccumulationPlugin()
-        sync = self.step % self.gradient_accumulation_steps == 0 or (
-            plugin.sync_with_dataloader and self.gradient_state.end_of_dataloader)
+        if plugin.sync_with_dataloader and self.gradient_state.end_of_dataloader:
+            self.step, sync = 0, True  # a window closes with the data, and the next epoch's starts afresh
+        else:
+            self.step += 1
+            sync = self.step % self.gradient_accumulation_steps == 0
         self.gradient_state.sync_gradients = sync
         self.strategy.micro_step(sync)
         with contextlib.ExitStack() as stack:
@@ -594,7 +589,7 @@ class Accelerator:
     def gather_for_metrics(self, data, use_gather_object: bool = False):
         """gather(), minus the samples the last batch repeated to keep ranks even. Objects that are not tensors
         (strings, lists of dicts), or use_gather_object=True, are gathered by pickling into one flat list."""
-        if use_gather_object or not _all_tensors(data):
+        if use_gather_object or not all_tensors(data):
             self._resume_if_asked()
             self._vote()
             self._beat("gather_object")
@@ -624,13 +619,16 @@ class Accelerator:
             self._trigger = False
         return raised
 
-    def reduce(self, data, reduction: str = "mean"):
+    def reduce(self, tensor, reduction: str = "sum", scale: float = 1.0):
+        """Every tensor of the nest reduced over the ranks: summed by default, as Accelerate's Accelerator does
+        (its hpc.utils.reduce means by default). ``scale`` applies on TPUs only in Accelerate: here it is
+        accepted and, as there on CPUs and GPUs, not applied."""
         self._resume_if_asked()
         self._vote()
         self._beat("reduce")
         if self.debug:
-            ops.verify_shapes(data, self.num_processes, "reduce")
-        return ops.reduce(data, self.num_processes, reduction)
+            ops.verify_shapes(tensor, self.num_processes, "reduce")
+        return ops.reduce(tensor, self.num_processes, reduction)
 
     def pad_across_processes(self, data, dim: int = 0, pad_index: int = 0, pad_first: bool = False):
         return ops.pad_across_processes(data, self.num_processes, dim, pad_index, pad_first)
@@ -713,7 +711,7 @@ class Accelerator:
         registered objects, counters and dataloader positions. Default place: checkpoints/step-<N>.
         Every rank must call it. With async_save, training waits only while the state is copied."""
         self._resume_if_asked()
-        folder = self._same_path(output_dir) if output_dir is not None else self.checkpointer.store.step_dir(
+        folder = self._folder_named(output_dir) if output_dir is not None else self.checkpointer.store.step_dir(
             self.training.completed_steps)
         use_async = self.checkpoint_async if async_save is None else async_save
         with self._watchdog.paused("save"), contextlib.nullcontext() if use_async else self._pace.saving():
@@ -738,13 +736,15 @@ class Accelerator:
             for hook in list(self._hooks.save.values()):
                 hook(models, weights, str(folder))
 
-    def _same_path(self, path: str | os.PathLike) -> Path:
-        """Rank 0's path, on every rank: a checkpoint is one folder that all ranks write, and scripts often name
-        it per rank (tempfile.TemporaryDirectory() on each), which would leave every rank waiting for the others'
-        files in its own folder."""
+    def _folder_named(self, path: str | os.PathLike) -> Path:
+        """The checkpoint folder a script names. Sharded state is one folder all ranks write, so every rank takes
+        rank 0's path (scripts often name one per rank: tempfile.TemporaryDirectory() on each). Replicated state
+        is saved and loaded by each rank alone, with no collective (save_state may run on the main process only):
+        each rank's own folder, where rank 0's holds the shared state (checkpointer.choose)."""
+        if self.checkpointer.alone or not self._process.distributed:
+            return Path(path)
         box = [str(path)]
-        if self._process.distributed:
-            dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=0)
         return Path(box[0])
 
     def _step_completed(self) -> None:
@@ -781,19 +781,24 @@ class Accelerator:
                 self._checkpointer.wait()
 
     def load_state(self, input_dir: str | os.PathLike | None = None) -> ResumeInfo:
-        """Restore a checkpoint: the given folder, or the newest good one under checkpoints/."""
+        """Restore a checkpoint (the given folder, or the newest good one under checkpoints/) as Accelerate does:
+        models, optimizers, schedulers, scaler, RNG, registered objects and counters. Each loader goes back to
+        the checkpoint's epoch (its data order) but starts it from the top, so a script that skips by itself
+        (skip_first_batches) skips once; a StatefulDataLoader resumes mid-epoch, as in Accelerate. hpc's exact
+        mid-epoch resume is resume() and auto_resume."""
         self._auto_resume_pending = False
-        folder = self.checkpointer.choose(self._same_path(input_dir) if input_dir is not None else None)
+        folder = self.checkpointer.choose(self._folder_named(input_dir) if input_dir is not None else None)
         if folder is None:
             raise HpcError(f"no committed checkpoint under {self.checkpoint_dir}",
                            fix="save_state() first, or name a step folder")
-        return self._restore(folder)
+        return self._restore(folder, mid_epoch=False)
 
     def resume(self) -> ResumeInfo | None:
-        """Continue from the newest good checkpoint, if there is one (a fresh start otherwise)."""
+        """Continue from the newest good checkpoint, if there is one (a fresh start otherwise), exactly where it
+        stopped: each loader goes on at the batch after the checkpoint's."""
         self._auto_resume_pending = False
         folder = self.checkpointer.choose(None)
-        return self._restore(folder) if folder is not None else None
+        return self._restore(folder, mid_epoch=True) if folder is not None else None
 
     def _resume_if_asked(self) -> None:
         # not before prepare() has the model or optimizer: main_process_first() around dataset loading waits for
@@ -801,14 +806,17 @@ class Accelerator:
         if self._auto_resume_pending and (self.training.models or self.training.optimizers):
             self.resume()
 
-    def _restore(self, folder: Path) -> ResumeInfo:
+    def _restore(self, folder: Path, mid_epoch: bool) -> ResumeInfo:
         for hook in list(self._hooks.load.values()):
             hook(list(self.training.models), str(folder))
         with self._watchdog.paused("load"):
             meta = self.checkpointer.load(folder)
         self.training.completed_steps, self.step = int(meta.get("step", 0)), int(meta.get("micro_step", 0))
         for loader, where in zip(self.training.loaders, meta.get("loaders", [])):
-            loader.resume_at(int(where["epoch"]), int(where["position"]))
+            if mid_epoch or loader.restores_position:
+                loader.resume_at(int(where["epoch"]), int(where["position"]))
+            else:  # the script skips by itself: its skip_first_batches lands where the checkpoint stopped
+                loader.restart_epoch(int(where["epoch"]), checkpoint_position=int(where["position"]))
         first = (meta.get("loaders") or [{"epoch": 0, "position": 0}])[0]
         self._resumed_step = self.training.completed_steps
         for tracker in self._trackers:
@@ -931,8 +939,8 @@ class Accelerator:
         unknown = sorted(set(init_kwargs) - {getattr(c, "name", None) for c in chosen})
         if unknown:
             raise HpcError(f"init_kwargs for {unknown[0]!r}, which is not in log_with", fix="add it to log_with")
-        folder = Path(self.project_configuration.logging_dir or self.project_dir / "logs")
         for item in chosen:
+            folder = self.project_dir / "logs" if item is tracking.JsonlTracker else self.logging_dir
             if isinstance(item, tracking.GeneralTracker):  # the user's own, built by the user
                 item.start()
                 if config:

@@ -39,8 +39,8 @@ class GradientAccumulationPlugin:
 @dataclass
 class ProjectConfiguration:
     project_dir: str | None = None
-    # trackers write here; default project_dir/logs (Accelerate's default is project_dir itself: hpc keeps the
-    # checkpoints/ and logs/ of a project apart)
+    # trackers write their runs here (<logging_dir>/<project_name>); default project_dir, as in Accelerate, where
+    # scripts and tools look for them. hpc's own JSONL log stays in project_dir/logs.
     logging_dir: str | None = None
     # hpc always names them: save_state() with no folder writes checkpoints/step-<N> (Accelerate's automatic naming
     # writes checkpoints/checkpoint_<iteration>)
@@ -49,5 +49,10 @@ class ProjectConfiguration:
     iteration: int = 0
     save_on_each_node: bool = False  # refused: checkpoints go to the shared project folder
 
+    def __post_init__(self):
+        self.set_directories(self.project_dir)
+
     def set_directories(self, project_dir: str | None = None) -> None:
         self.project_dir = project_dir
+        if self.logging_dir is None:
+            self.logging_dir = project_dir

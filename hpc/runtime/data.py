@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 from collections.abc import Mapping
 
 import torch
@@ -85,6 +86,7 @@ class PreparedDataLoader:
         self.total_batch_size = batch_size if config.split_batches or batch_size is None else batch_size * world
         self._epoch, self._skip = 0, 0
         self.position = 0  # batches of the current epoch handed out (what a checkpoint records)
+        self._checkpoint_position: int | None = None  # set by an explicit load_state until the next pass
         self._non_blocking = config.non_blocking or self.device.type == "cuda"
 
     @property
@@ -124,6 +126,27 @@ class PreparedDataLoader:
         """The next pass continues epoch `epoch` after its first `position` batches."""
         self._epoch, self._skip, self.position = epoch, position, position
 
+    def restart_epoch(self, epoch: int, checkpoint_position: int) -> None:
+        """An explicit load_state: the next pass runs epoch `epoch` from its start (Accelerate's), and the first
+        skip_first_batches of it skips to `checkpoint_position`, where the checkpoint stopped."""
+        self.resume_at(epoch, 0)
+        self._checkpoint_position = checkpoint_position
+
+    def skip_target(self, asked: int) -> int:
+        """How many batches skip_first_batches(asked) skips: what was asked, except on the first pass after a
+        load_state, where it is the checkpoint's position. Scripts compute the skip from the step number
+        (`resume_step = step * accumulation - epoch * len(loader)`), which is off by the windows that an
+        epoch's end closed early when the accumulation does not divide the epoch: Accelerate then skips a
+        batch too many or too few; hpc loses and repeats none."""
+        position, self._checkpoint_position = self._checkpoint_position, None
+        if position is None or position == asked:
+            return asked
+        if self.layout.rank == 0:
+            print(f"hpc: skip_first_batches({asked}): the checkpoint stopped after batch {position} of this epoch; "
+              f"going on from there (skipping {asked} would {'lose' if asked > position else 'repeat'} "
+                  f"{abs(asked - position)})", file=sys.stderr, flush=True)
+        return position
+
     @property
     def restores_position(self) -> bool:
         """Whether an explicit load_state puts this loader back mid-epoch, as Accelerate's load_state does only for
@@ -143,6 +166,7 @@ class PreparedDataLoader:
 
     def __iter__(self):
         self.training.before_work()
+        self._checkpoint_position = None  # a pass without skip_first_batches first: the epoch from its start
         gradient = self.gradient_state
         self.position = self._skip
         gradient.enter_dataloader(self)
@@ -209,7 +233,7 @@ class SkipFirstBatches:
         return max(0, len(self.prepared._reader) - self.n)
 
     def __iter__(self):
-        self.prepared._skip = self.n
+        self.prepared._skip = self.prepared.skip_target(self.n)
         yield from self.prepared
 
 

@@ -1,7 +1,10 @@
 """save_state / load_state: the whole training state, committed atomically, optionally in the background.
 
-Every rank writes its own files and publishes their checksums; rank 0 merges them into the manifest and
-renames it into place last. Nothing reads a folder without a manifest, and nothing loads a file whose
+Sharded state (FSDP, DeepSpeed) is saved together: every rank writes its own files and publishes their
+checksums; rank 0 merges them into the manifest and renames it into place last. Replicated state (one process,
+DDP) is saved by each rank alone, with no collective, as Accelerate does (scripts call save_state inside
+`if accelerator.is_main_process:`): rank 0 writes and commits the whole state, every other rank its own part
+(its RNG) beside it (fileset.py). Nothing reads a folder without a manifest, and nothing loads a file whose
 size or checksum differs from it: the newest good checkpoint is used, with a one-line note for each one
 skipped.
 """
@@ -19,12 +22,14 @@ import torch
 
 from hpc.errors import HpcError
 from hpc.runtime import ops
-from hpc.runtime.checkpoint import fileset, manifest
+from hpc.runtime.checkpoint import fileset, manifest, notices
 from hpc.runtime.checkpoint.fileset import FileSet
 from hpc.runtime.checkpoint.formats import StagingBuffers
 from hpc.runtime.checkpoint.store import CheckpointStore
 
 COMMIT_TIMEOUT_S = 1800.0  # how long rank 0 waits for the other ranks' files before giving the save up
+# how long a rank that saved its part waits for rank 0 to say where it saved the same point (a replicated save)
+ANNOUNCE_TIMEOUT_S = 120.0
 
 
 def rng_state() -> dict:
@@ -57,6 +62,8 @@ class Checkpointer:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._staging = StagingBuffers()  # reused by every background save (one is in flight at a time)
+        self.alone = bool(getattr(fmt, "replicated", False))  # each rank saves and loads without the others
+        self._own_part_folder: Path | None = None  # where the checkpoint being loaded keeps this rank's part
 
     @property
     def rank(self) -> int:
@@ -94,8 +101,11 @@ class Checkpointer:
         folder = Path(folder)
         committed = manifest.read(folder) is not None
         if committed and folder.parent == self.store.root:
-            self._barrier()
+            if not self.alone:
+                self._barrier()
             return folder
+        if self.alone:
+            return self._save_alone(folder, committed, meta, async_save, purge, before_write)
         work = _beside(folder, "saving") if committed else folder
         if self.rank == 0:
             if work.exists():  # left by a save that was cut short
@@ -127,19 +137,64 @@ class Checkpointer:
                 if work != folder:
                     _swap_in(work, folder)
 
-        if background:
-            def run() -> None:
-                try:
-                    job()
-                except BaseException as e:  # noqa: BLE001 - handed to the training thread at wait()
-                    self._error = e
-
-            self._thread = threading.Thread(target=run, name="hpc-checkpoint")  # not daemon: exit waits for it
-            self._thread.start()
-        else:
-            job()
+        self._run(job, background)
+        if not background:
             self._barrier()  # every rank returns once the checkpoint is committed
         return folder
+
+    def _save_alone(self, folder: Path, committed: bool, meta: dict, async_save: bool, purge: bool,
+                    before_write) -> Path:
+        """A replicated save with no collective: rank 0 writes the whole state and commits it, any other rank that
+        calls writes its own part. Nobody waits for anybody; a rank that loads right after saving waits for rank
+        0's commit of the same point (choose)."""
+        point = {"step": meta.get("step", 0), "micro_step": meta.get("micro_step", 0)}
+        work = _beside(folder, "saving") if committed and self.rank == 0 else folder
+        if self.rank == 0:
+            notices.announce(point["step"], point["micro_step"], folder.absolute())
+            if work != folder and work.exists():  # left by a replacement that was cut short
+                shutil.rmtree(work)
+        work.mkdir(parents=True, exist_ok=True)
+        if before_write is not None:
+            before_write(work)
+        buffers = self._staging if async_save or self.acc.device.type == "cuda" else None
+        staged = self.format.stage(self.acc.training.models, self.acc.training.optimizers, copy=buffers,
+                                   background=async_save)
+        extras = self._extras(buffers)
+        staged.start(work)
+        if buffers is not None:
+            buffers.synchronize()
+
+        def job() -> None:
+            files = FileSet(work, self.rank, fsync=self.fsync)
+            for name, obj in extras.items():
+                files.save(name, obj)
+            staged.write(work, files)
+            if self.rank != 0:
+                fileset.publish_part(work, self.rank, files.sums, point, fsync=self.fsync)
+                return
+            manifest.commit(work, fileset.collect_alone(work, files.sums),
+                            {"world_size": self.world, "format": self.format.name, **meta}, fsync=self.fsync)
+            if work != folder:
+                _swap_in(work, folder, point)
+            if purge and folder.parent == self.store.root:
+                self.store.purge(background=True)
+
+        self._run(job, async_save and staged.background_ok)
+        return folder
+
+    def _run(self, job, background: bool) -> None:
+        if not background:
+            job()
+            return
+
+        def run() -> None:
+            try:
+                job()
+            except BaseException as e:  # noqa: BLE001 - handed to the training thread at wait()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name="hpc-checkpoint")  # not daemon: exit waits for it
+        self._thread.start()
 
     def _extras(self, buffers: StagingBuffers | None) -> dict:
         acc = self.acc
@@ -172,40 +227,93 @@ class Checkpointer:
     # --- loading ------------------------------------------------------------------------------------
     def _settle(self, folder: Path) -> None:
         """A replacement cut short between its two renames: finish it (or roll it back) before reading."""
-        if self.rank == 0 and not folder.exists():
+        if (self.rank == 0 or self.alone) and not folder.exists():
             saving, replaced = _beside(folder, "saving"), _beside(folder, "replaced")
-            if manifest.read(saving) is not None:
-                saving.rename(folder)
-            elif replaced.exists():
-                replaced.rename(folder)
-        self._barrier()
+            try:
+                if manifest.read(saving) is not None:
+                    saving.rename(folder)
+                elif replaced.exists():
+                    replaced.rename(folder)
+            except OSError:  # another rank settled it first (replicated loads run on each rank alone)
+                pass
+        if not self.alone:
+            self._barrier()
 
     def _damage(self, folder: Path) -> str | None:
-        """Checked by all ranks together, each a share of the files; the same answer on every rank."""
+        """Sharded: checked by all ranks together, each a share of the files; the same answer on every rank.
+        Replicated: each rank checks every file it will read, alone."""
         data = manifest.read(folder)
         if data is None:
             mine = f"{folder}: no {manifest.NAME} (the save never finished)"
         else:
-            names = sorted(data["files"])[self.rank::self.world]
+            names = sorted(data["files"]) if self.alone else sorted(data["files"])[self.rank::self.world]
             mine = manifest.verify(folder, data["files"], names)
+        if self.alone:
+            return mine
         problems = [p for p in self._all_gather(mine) if p]
         return problems[0] if problems else None
+
+    def _shared_source(self, folder: Path) -> Path:
+        """Replicated, on a rank other than 0 that saved its own part into ``folder``: the folder rank 0 saved the
+        same point in (a script may name one folder per rank), once it is committed there."""
+        part = fileset.read_part(folder, self.rank) if self.alone and self.rank != 0 else None
+        if part is None:
+            return folder
+        point = (part.get("step"), part.get("micro_step"))
+        data = manifest.read(folder)
+        if data is not None and (data.get("step"), data.get("micro_step")) == point:
+            return folder  # committed already (a later process resuming, typically)
+        shared = notices.where(*point, timeout_s=ANNOUNCE_TIMEOUT_S)
+        source = Path(shared) if shared else folder
+        deadline = time.monotonic() + COMMIT_TIMEOUT_S
+        while True:
+            data = manifest.read(source)
+            if data is not None and (data.get("step"), data.get("micro_step")) == point:
+                return source
+            if shared is None or time.monotonic() > deadline:  # rank 0 never saved this point: what is there
+                return source
+            time.sleep(0.05)
 
     def choose(self, folder: Path | None) -> Path | None:
         """The explicit folder (damage is an error), or the newest good one in the store (None if none)."""
         if folder is not None:
             self._settle(Path(folder))
-            problem = self._damage(Path(folder))
+            source = self._shared_source(Path(folder))
+            if source != Path(folder):
+                self._settle(source)
+            problem = self._damage(source)
             if problem:
                 raise HpcError(f"cannot load checkpoint: {problem}", fix="pick another step folder")
-            return Path(folder)
-        candidates = self._all_gather([e.path for e in self.store.committed()] if self.rank == 0 else None)[0]
+            self._own_part_folder = Path(folder)
+            return source
+        if self.alone:
+            candidates = [e.path for e in self.store.committed()]
+        else:
+            candidates = self._all_gather([e.path for e in self.store.committed()] if self.rank == 0 else None)[0]
         for path in candidates:
             problem = self._damage(path)
             if not problem:
+                self._own_part_folder = path
                 return path
             if self.rank == 0:
                 print(f"hpc: skipping damaged checkpoint {path.name}: {problem}", file=sys.stderr, flush=True)
+        return None
+
+    def _own_part(self, data: dict) -> Path | None:
+        """Replicated, rank other than 0: the folder holding this rank's part of the loaded point, checked; None
+        (with a one-line note) where it is missing, of another save, or damaged."""
+        folder = self._own_part_folder
+        part = fileset.read_part(folder, self.rank) if folder is not None else None
+        if part is None:
+            why = "none was saved (save_state ran on the main process only)"
+        elif (part.get("step"), part.get("micro_step")) != (data.get("step"), data.get("micro_step")):
+            why = f"its part belongs to step {part.get('step')}, the checkpoint to step {data.get('step')}"
+        else:
+            why = manifest.verify(folder, part["files"])
+            if why is None:
+                return folder
+        print(f"hpc: rank {self.rank} keeps its own random state and stream position: {why}", file=sys.stderr,
+              flush=True)
         return None
 
     def load(self, folder: Path) -> dict:
@@ -223,13 +331,14 @@ class Checkpointer:
             acc.precision.scaler.load_state_dict(torch.load(folder / "scaler.pt", weights_only=False))
         for i, obj in enumerate(acc.training.custom_objects):
             obj.load_state_dict(torch.load(folder / f"custom_{i}.pt", map_location=device, weights_only=False))
-        readers = folder / f"loaders/rank{self.rank}.pt"
-        if readers.exists():  # loaders' epoch and position come with the meta (_restore); streams' state here
+        mine = folder if not self.alone or self.rank == 0 else self._own_part(data)
+        readers = mine / f"loaders/rank{self.rank}.pt" if mine is not None else None
+        if readers is not None and readers.exists():  # loaders' epoch and position come with the meta (_restore); streams' state here
             for loader, reader in zip(acc.training.loaders, torch.load(readers, weights_only=False)):
                 if reader is not None:
                     loader.load_state_dict({**loader.state_dict(), "reader": reader})
-        rng = folder / f"rng/rank{self.rank}.pt"
-        if rng.exists():  # a job resumed at another world size keeps the fresh streams of its new ranks
+        rng = mine / f"rng/rank{self.rank}.pt" if mine is not None else None
+        if rng is not None and rng.exists():  # a job resumed at another world size keeps the fresh streams of its new ranks
             set_rng_state(torch.load(rng, weights_only=False))
         return data
 
@@ -238,11 +347,14 @@ def _beside(folder: Path, what: str) -> Path:
     return folder.with_name(f".{folder.name}.{what}")
 
 
-def _swap_in(new: Path, folder: Path) -> None:
-    """The committed ``new`` takes ``folder``'s place; the old one is deleted only once it is out of the way."""
+def _swap_in(new: Path, folder: Path, point: dict | None = None) -> None:
+    """The committed ``new`` takes ``folder``'s place; the old one is deleted only once it is out of the way.
+    ``point``: a replicated save's, whose other ranks wrote their parts into the old folder."""
     old = _beside(folder, "replaced")
     if old.exists():
         shutil.rmtree(old)
     folder.rename(old)
     new.rename(folder)
+    if point is not None:
+        fileset.move_parts(old, folder, point)
     shutil.rmtree(old, ignore_errors=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from hpc.runtime.checkpoint import manifest
@@ -66,3 +67,67 @@ def collect(folder: Path, world: int) -> dict[str, dict] | None:
 def clear_sums(folder: Path, world: int) -> None:
     for r in range(world):
         (folder / f"{SUMS_PREFIX}{r}.json").unlink(missing_ok=True)
+
+
+# --- replicated checkpoints, saved by each rank alone ---------------------------------------------------
+# Rank 0's files (the shared state and its own RNG) are listed in the manifest. Every other rank's files (its RNG,
+# its stream readers) are its "part": listed, with the point of training they belong to, in `.rank<r>.json`,
+# written last by an atomic rename. A part whose point differs from the manifest's belongs to another save.
+_PART = re.compile(r"^\.rank(\d+)\.json$")
+_RANK_FILE = re.compile(r"^(?:rng|loaders)/rank(\d+)\.pt$")
+
+
+def part_name(rank: int) -> str:
+    return f".rank{rank}.json"
+
+
+def publish_part(folder: Path, rank: int, sums: dict[str, dict], point: dict, fsync: bool = False) -> None:
+    manifest.write_json_atomic(folder / part_name(rank), {"files": sums, **point}, fsync=fsync)
+
+
+def read_part(folder: Path, rank: int) -> dict | None:
+    try:
+        with open(folder / part_name(rank)) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None
+
+
+def _of_another_rank(name: str) -> bool:
+    m = _PART.match(name) or _RANK_FILE.match(name)
+    return bool(m) and int(m.group(1)) != 0
+
+
+def collect_alone(folder: Path, sums: dict[str, dict]) -> dict[str, dict]:
+    """Rank 0's sums plus the files nobody hashed while writing (a save hook's), leaving out the other ranks'
+    parts, which they may still be writing."""
+    files = dict(sums)
+    for root, _, filenames in os.walk(folder):
+        for filename in filenames:
+            path = Path(root) / filename
+            name = path.relative_to(folder).as_posix()
+            if (name in files or filename.startswith(SUMS_PREFIX) or ".tmp" in filename or name == manifest.NAME
+                    or _of_another_rank(name)):
+                continue
+            files[name] = manifest.file_entry(path)
+    return files
+
+
+def move_parts(old: Path, new: Path, point: dict) -> None:
+    """The other ranks' parts of this save, written into the folder a replacement has just moved aside, follow
+    the new folder. Best effort: a part lost to the race is a one-line note when it is loaded."""
+    for path in sorted(old.glob(".rank*.json")):
+        m = _PART.match(path.name)
+        if not m or m.group(1) == "0" or (new / path.name).exists():
+            continue
+        part = read_part(old, int(m.group(1)))
+        if part is None or any(part.get(k) != v for k, v in point.items()):
+            continue
+        try:
+            for name in part["files"]:
+                (new / name).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(old / name, new / name)
+            os.replace(path, new / path.name)
+        except OSError:
+            continue

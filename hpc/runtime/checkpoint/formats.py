@@ -75,6 +75,7 @@ def _owner(optimizer, models):
 
 class FullFormat:
     name = "full"
+    replicated = True  # every rank holds the whole state: rank 0 alone can save it, no rank waits for another
 
     def __init__(self, strategy):
         self.strategy = strategy

@@ -1,0 +1,45 @@
+"""Where rank 0 saved at a point of training, told to the other ranks through the process group's key-value store.
+
+A replicated checkpoint (one process, DDP) is saved by each rank alone, with no collective: Accelerate's scripts
+call save_state on the main process only. A rank that saved its own part (its RNG) learns here which folder
+holds the shared state of the same point, and whether rank 0 is saving there at all. A store key is a request
+to the store's server, never a collective: ranks that do not ask are not waited for.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch.distributed as dist
+
+
+def _store():
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    try:  # the default group's store: private in torch, but there since 1.x
+        return dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _key(step: int, micro_step: int) -> str:
+    return f"hpc/checkpoint/{int(step)}:{int(micro_step)}"
+
+
+def announce(step: int, micro_step: int, folder) -> None:
+    """Rank 0: at this point of training, the shared state goes to ``folder``."""
+    store = _store()
+    if store is not None:
+        store.set(_key(step, micro_step), str(folder))
+
+
+def where(step: int, micro_step: int, timeout_s: float) -> str | None:
+    """The folder rank 0 saved in at this point (waiting up to ``timeout_s`` for it to say), or None."""
+    store = _store()
+    if store is None:
+        return None
+    try:
+        store.wait([_key(step, micro_step)], timedelta(seconds=timeout_s))
+    except RuntimeError:  # DistStoreError on a timeout: rank 0 never saved at this point
+        return None
+    return store.get(_key(step, micro_step)).decode()
