@@ -52,6 +52,7 @@ class TaskFile:
     END = "end"  # end.<node>.<rank>: how each task's program ended (a lost node notes nothing)
     RANK_SHIM = "deepspeed.py"  # the script DeepSpeed's slurm runner starts as each rank (deepspeed.sbatch.j2)
     LOST_NODES = "lost_nodes"  # nodes that stopped answering, a line per loss
+    SAVES = "saves"  # a self-resuming script's checkpoints, a JSON line each (hpc/script_checkpoints.py)
 
 
 class JobFolder:

@@ -64,7 +64,18 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["q"] = shell_quote
     env.filters["qjoin"] = lambda items: " ".join(shell_quote(i) for i in items)
+    env.filters["with_checkpoint"] = _with_checkpoint
     return env
+
+
+def _with_checkpoint(args: list[str]) -> str:
+    """resume_args as shell words, each quoted, with "{checkpoint}" becoming the batch shell's "$checkpoint"."""
+    words = []
+    for arg in args:
+        pieces = arg.split("{checkpoint}")
+        word = '"$checkpoint"'.join(shell_quote(p) if p else "" for p in pieces)
+        words.append(word or shell_quote(arg))
+    return " ".join(words)
 
 
 def template_name(job: JobSpec, backend) -> str:

@@ -40,6 +40,12 @@ CASES = {
     "containers-mpi-hostfile": ("containers", {"command": ["./bench"], "nodes": 2, "nodelist": "gpu[07-08]",
                                               "launcher": "srun"}),
     "pyxis-torchrun": ("pyxis", {"module": "mypkg.train", "nodes": 2}),
+    # a script that resumes itself: a requeued attempt gets the newest verified checkpoint in its arguments
+    "slurm-local-resume-args": ("slurm-local", {"script": "train.py", "nodes": 2, "args": ["--output_dir", "out"],
+                                               "resume_args": ["--resume_from_checkpoint", "{checkpoint}",
+                                                               "--note=it's {checkpoint}!"]}),
+    "local-resume-args": ("local", {"script": "train.py", "nproc_per_node": 2,
+                                   "resume_args": ["--resume_from_checkpoint", "{checkpoint}"]}),
 }
 
 

@@ -44,7 +44,17 @@ _FLAGS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
     (("--hang-timeout",), "hang_timeout", {"type": click.FloatRange(min=0), "metavar": "SECONDS", "help": "End (or with hang_requeue, requeue) a job whose ranks make no step for this long; 0: off [300]."}),
     (("--module", "-m"), "module", {"help": "Run a Python module (python -m MODULE) instead of a script."}),
     (("--cpu-bind",), "cpu_bind", {"help": "srun --cpu-bind for every task, e.g. cores."}),
+    (("--resume-args",), "resume_args", {"metavar": "ARGS", "callback": lambda ctx, param, value: _shell_words(value), "help": "A script that resumes itself: the arguments a requeued attempt gets, {checkpoint} standing for its newest verified checkpoint, e.g. '--resume_from_checkpoint {checkpoint}'."}),
 ]
+
+
+def _shell_words(value: str | None) -> list[str] | None:
+    import shlex
+
+    try:
+        return shlex.split(value) if value is not None else None
+    except ValueError as e:
+        raise click.BadParameter(f"{value!r}: {e}") from None
 
 
 class JobCommand(click.Command):

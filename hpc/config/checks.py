@@ -139,6 +139,22 @@ def shell_lines(value: list[str]) -> list[str]:
     return value
 
 
+def resume_args(value: list[str]) -> list[str]:
+    shell_lines(value)
+    if not any("{checkpoint}" in arg for arg in value):
+        raise HpcError("names no {checkpoint}: a requeued attempt would not be told where to resume from",
+                       fix="e.g. [--resume_from_checkpoint, '{checkpoint}']")
+    return value
+
+
+def resume_save_as(value: str) -> str:
+    if "{step}" not in value or value.count("{") != 1 or value.count("}") != 1:
+        raise HpcError("must hold {step} (the script's optimizer steps) and no other {...}",
+                       fix="e.g. out/step_{step}")
+    safe_value(value.replace("{step}", "0"))
+    return value
+
+
 def module_names(value: list[str]) -> list[str]:
     for name in value:
         safe_value(name)

@@ -57,6 +57,13 @@ class TrainingSettings:
     # logs, the stuck ranks named, the job ended, or requeued with hang_requeue
     hang_timeout: float | None = field(metadata={"check": checks.non_negative}, default=None)
     hang_requeue: bool | None = None
+    # a script that resumes itself (transformers' and diffusers' `--resume_from_checkpoint PATH`): the arguments
+    # a requeued attempt gets, "{checkpoint}" standing for the newest verified checkpoint the script saved (or
+    # hpc saved for it at the warning signal); with them, the warning signal stops the script at its next batch
+    resume_args: list[str] | None = field(metadata={"check": checks.resume_args}, default=None)
+    # where hpc saves for such a script at the warning signal, "{step}" standing for its optimizer steps, e.g.
+    # out/step_{step}; default: the naming of the script's own last save_state
+    resume_save_as: str | None = field(metadata={"check": checks.resume_save_as}, default=None)
 
 
 TRAINING_KEYS = [f.name for f in fields(TrainingSettings)]

@@ -215,7 +215,7 @@ class Accelerator:
         self.seed = seed
         self.step = 0  # micro-steps seen by accumulate()
         self.training = TrainingState(before_work=self._resume_if_asked, on_progress=self._beat,
-                                      on_step=self._step_completed)
+                                      on_step=self._step_completed, before_batch=self._before_batch)
         self._trigger = False  # set_trigger / check_trigger
         self._hooks = StateHooks()
         self._trackers: list = []
@@ -236,6 +236,11 @@ class Accelerator:
         self._stop_code, self._stop_reason = 0, ""
         self._stop_vote = StopVote(self._process.distributed, self._process.backend)
         self._hang_requeue = bool(config.get("hang_requeue", False))
+        # a script that resumes itself (resume_args): stopped by hpc at a batch after the warning signal, its
+        # checkpoints noted for the next attempt's --resume_from_checkpoint
+        self._script_resumes = bool(config.get("resume_args"))
+        self._resume_save_as: str | None = config.get("resume_save_as")
+        self._batch_marks: dict[int, int] = {}  # loader -> completed steps at its previous batch of this pass
         hang_timeout = config.get("hang_timeout", DEFAULT_HANG_TIMEOUT_S if config else 0)  # off outside a job
         self._watchdog = self._make_watchdog(float(hang_timeout))
         self._watchdog.start()
@@ -714,9 +719,42 @@ class Accelerator:
         folder = self._folder_named(output_dir) if output_dir is not None else self.checkpointer.store.step_dir(
             self.training.completed_steps)
         use_async = self.checkpoint_async if async_save is None else async_save
+        if output_dir is not None and self.is_main_process:
+            self._note_script_checkpoint(folder)
         with self._watchdog.paused("save"), contextlib.nullcontext() if use_async else self._pace.saving():
             return self.checkpointer.save(folder, self._training_meta(), async_save=use_async,
                                           purge=output_dir is None, before_write=self._run_save_hooks)
+
+    def _note_script_checkpoint(self, folder: Path) -> None:
+        """A folder the script named: where a requeued attempt of a self-resuming script may resume from, and,
+        read off it, the script's naming of step checkpoints (for the one hpc saves at the warning signal)."""
+        from hpc import script_checkpoints
+
+        job_dir = os.environ.get("HPC_JOB_DIR")
+        if not (self._script_resumes and job_dir):
+            return
+        script_checkpoints.note(job_dir, os.environ.get("HPC_TASK", "0"), folder, self.training.completed_steps)
+        if self._resume_save_as is None:
+            self._resume_save_as = script_checkpoints.naming(folder, self.training.completed_steps)
+
+    def _before_batch(self, loader, first: bool) -> None:
+        """A self-resuming script is stopped at the first batch after an optimizer step once a stop was asked
+        for: its step is over, scheduler and counters included, and the checkpoint hpc saves in the script's
+        naming is one its own resume arithmetic lands on. Evaluation loops take no steps and are not stopped."""
+        if not self._script_resumes:
+            return
+        steps = self.training.completed_steps
+        before = None if first else self._batch_marks.get(id(loader))
+        self._batch_marks[id(loader)] = steps
+        if before is None or before == steps or not self.should_stop:
+            return
+        folder = None
+        if self._resume_save_as is not None:
+            folder = self.save_state(self._resume_save_as.replace("{step}", str(steps)), async_save=False)
+        elif self.is_main_process:
+            preemption.log("the script has saved no step checkpoint yet and resume_save_as is not set: nothing "
+                           "saved; its next attempt resumes from its newest own checkpoint, if any")
+        self._stop_here(folder)
 
     def register_save_state_pre_hook(self, hook):
         """``hook(models, weights, output_dir)`` runs on every rank before save_state writes, with the prepared
@@ -856,7 +894,10 @@ class Accelerator:
         every rank the same way. Otherwise return at once."""
         if not self.should_stop:
             return
-        folder = self.save_state(async_save=False)
+        self._stop_here(self.save_state(async_save=False))
+
+    def _stop_here(self, folder: Path | None) -> None:
+        """Requeue (for the warning signal) and exit, every rank the same way; ``folder`` is what was saved."""
         requeued = False
         if self.is_main_process:
             # TERM is a cancel unless SLURM preempted the job
@@ -866,7 +907,8 @@ class Accelerator:
                 # a preempted job comes back whatever max_requeues says, as SLURM's own requeue would bring it
                 limit = None if preempted else int(self._preemption.get("max_requeues", 3))
                 requeued, said = preemption.requeue(limit, self._stop_reason)
-            preemption.log(f"stop requested ({self._stop_reason}): saved {folder}; {said}")
+            saved = f"saved {folder}" if folder is not None else "nothing saved"
+            preemption.log(f"stop requested ({self._stop_reason}): {saved}; {said}")
         requeued = bool(self._broadcast_flag(requeued))
         self.end_training()
         sys.exit(0 if requeued else 128 + (signal.SIGTERM if self._stop_code == preemption.STOP

@@ -171,7 +171,10 @@ class PreparedDataLoader:
         self.position = self._skip
         gradient.enter_dataloader(self)
         try:
+            first = True
             for batch, last, remainder in self._reader.batches(self._epoch, self._skip):
+                self.training.before_batch(self, first)
+                first = False
                 self.position += 1
                 gradient.end_of_dataloader = last
                 gradient.remainder = remainder if last else -1

@@ -25,6 +25,9 @@ class TrainingState:
     before_work: Callable[[], None] = _nothing
     on_progress: Callable[[str], None] = _nothing
     on_step: Callable[[], None] = _nothing
+    # a prepared loader is about to hand out a batch (loader, whether it is the pass's first): a point where the
+    # script's previous step is over, with everything it did after it (scheduler, counters, its own saves)
+    before_batch: Callable[[Any, bool], None] = _nothing
 
     def optimizer_stepped(self, optimizer: Any) -> None:
         """An optimizer stepped: one count per window, however many optimizers the run has."""

@@ -1,0 +1,60 @@
+#!/bin/bash
+# Rendered by hpc from profile 'local': 2 process(es) on this machine, no scheduler.
+# `hpc render --explain` shows where every value came from.
+set -eo pipefail
+# OMP_NUM_THREADS as `accelerate launch` sets it: the node's CPUs shared among its 2 process(es)
+cpus="${SLURM_CPUS_ON_NODE:-$(nproc)}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-$(( cpus > 2 ? cpus / 2 : 1 ))}"
+export NCCL_SOCKET_IFNAME=lo GLOO_SOCKET_IFNAME=lo
+export HPC_JOB_DIR=/scratch/jobs/local-resume-args
+export HPC_RUNTIME_CONFIG="$HPC_JOB_DIR/runtime.json"
+export MASTER_ADDR=127.0.0.1
+export MASTER_PORT="${MASTER_PORT:-$(( $$ % 4536 + 61000 ))}"
+# A requeue, as on a cluster: a rank that checkpointed on the warning signal leaves HPC_REQUEUE_FILE,
+# and the processes run again (HPC_RESTART_COUNT counts the rounds) until none asks for it.
+mkdir -p "$HPC_JOB_DIR/tasks"
+export HPC_TASK=0 HPC_STOP_FILE="$HPC_JOB_DIR/tasks/0.stop" HPC_REQUEUE_FILE="$HPC_JOB_DIR/tasks/0.requeue" HPC_RESTART_COUNT="${HPC_RESTART_COUNT:-0}"
+export WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 NODE_RANK=0
+pids=()
+stop() { if [ "${#pids[@]}" -gt 0 ]; then kill -"$1" "${pids[@]}" 2>/dev/null || true; fi; }
+trap 'echo USR1 > "$HPC_STOP_FILE" || true; stop USR1' USR1
+trap 'echo TERM > "$HPC_STOP_FILE" || true; stop TERM' TERM
+trap 'echo INT > "$HPC_STOP_FILE" || true; stop INT' INT
+while true; do
+  rm -f "$HPC_REQUEUE_FILE" "$HPC_STOP_FILE"
+  # A script that resumes itself (resume_args): an attempt after a requeue is given the newest checkpoint the script
+  # saved (or hpc saved for it at the warning signal) whose manifest verifies; with none, it starts from the beginning.
+  resume_args=()
+  if checkpoint=$(/path/to/python -m hpc.script_checkpoints "$HPC_JOB_DIR" "$HPC_TASK"); then
+    resume_args=(--resume_from_checkpoint "$checkpoint")
+    echo "hpc: resuming the script from $checkpoint" >&2
+  fi
+  # HPC_RANK_LOGS (set by `hpc submit`): one log file per rank instead of this terminal
+  for ((rank = 0; rank < 2; rank++)); do
+    (
+      trap "" USR1; export RANK=$rank LOCAL_RANK=$rank
+      if [ -n "${HPC_RANK_LOGS:-}" ]; then exec >>"$HPC_RANK_LOGS/rank$rank-local.out" 2>&1; fi
+      exec /path/to/python train.py "${resume_args[@]}"
+    ) &
+    pids[rank]=$!
+  done
+  # The first rank to fail stops the others: a dead rank must not leave the rest waiting in a collective.
+  rc=0
+  while [ "${#pids[@]}" -gt 0 ]; do
+    for rank in "${!pids[@]}"; do
+      kill -0 "${pids[rank]}" 2>/dev/null && continue
+      status=0
+      wait "${pids[rank]}" || status=$?
+      unset "pids[rank]"
+      if [ "$status" -ne 0 ] && [ "$rc" -eq 0 ]; then
+        rc=$status
+        echo "hpc: rank $rank exited with status $status; stopping the other ranks" >&2
+        stop TERM
+      fi
+    done
+    sleep 0.1
+  done
+  [ "$rc" -eq 0 ] && [ -e "$HPC_REQUEUE_FILE" ] || exit "$rc"
+  HPC_RESTART_COUNT=$((HPC_RESTART_COUNT + 1))
+  echo "hpc: requeued: starting the processes again (round $HPC_RESTART_COUNT)" >&2
+done
