@@ -51,7 +51,12 @@ def torch_runs(tmp_path_factory):
              "size_wrap": spec("fsdp", auto_wrap_policy="SIZE_BASED_WRAP", min_num_params=10_000),
              "offload": spec("fsdp", cpu_offload=True, **FSDP["full"]),
              "checkpointing": spec("fsdp", activation_checkpointing=True, **FSDP["full"]),
-             "sync_each_k2": spec("fsdp", k=2, sync_each_microstep=True, **FSDP["full"])}
+             "sync_each_k2": spec("fsdp", k=2, sync_each_microstep=True, **FSDP["full"]),
+             # Accelerate's TRANSFORMER_BASED_WRAP on a model that names no layer class: the root, as one unit;
+             # and its FSDP1 keywords, taken as FSDP2 has them
+             "root_wrap": spec("fsdp", auto_wrap_policy="TRANSFORMER_BASED_WRAP"),
+             "fsdp1_keywords": spec("fsdp", fsdp_version=1, backward_prefetch="BACKWARD_PRE", forward_prefetch=True,
+                                    limit_all_gathers=True, use_orig_params=False, **FSDP["full"])}
     results = launch(tmp_path_factory.mktemp("fsdp"), list(specs.values()))
     return dict(zip(specs, results))
 
@@ -80,7 +85,8 @@ def weight_diff(a, b):
 @pytest.mark.parametrize("name,reference", [("full", "ddp"), ("grad_op", "ddp"), ("full_k2", "ddp_k2"),
                                             ("grad_op_k2", "ddp_k2"), ("no_shard", "ddp"), ("hybrid", "ddp"),
                                             ("size_wrap", "ddp"), ("offload", "ddp"), ("checkpointing", "ddp"),
-                                            ("sync_each_k2", "ddp_k2")])
+                                            ("sync_each_k2", "ddp_k2"), ("root_wrap", "ddp"),
+                                            ("fsdp1_keywords", "ddp")])
 def test_fsdp2_matches_ddp_over_20_adamw_steps(torch_runs, name, reference):
     run, ref = torch_runs[name], torch_runs[reference]
     assert run["distributed_type"] == "FSDP"

@@ -63,7 +63,32 @@ def test_accelerate_spellings():
     assert DeepSpeedPlugin(zero_stage=3, offload_param_device="cpu").offload_param is True
 
 
+# FullyShardedDataParallelPlugin's fields in Accelerate 1.15, in its order
+ACCELERATE_FSDP_KEYWORDS = [
+    "fsdp_version", "sharding_strategy", "reshard_after_forward", "backward_prefetch", "mixed_precision_policy",
+    "auto_wrap_policy", "cpu_offload", "ignored_modules", "state_dict_type", "state_dict_config",
+    "optim_state_dict_config", "limit_all_gathers", "use_orig_params", "param_init_fn", "sync_module_states",
+    "forward_prefetch", "activation_checkpointing", "activation_checkpointing_offload", "cpu_ram_efficient_loading",
+    "transformer_cls_names_to_wrap", "min_num_params"]
+
+
+def test_the_fsdp_plugin_takes_every_keyword_of_accelerate():
+    import dataclasses
+
+    from torch.distributed.fsdp import FullStateDictConfig
+
+    ours = {f.name for f in dataclasses.fields(FullyShardedDataParallelPlugin)}
+    assert set(ACCELERATE_FSDP_KEYWORDS) <= ours
+    full = FullStateDictConfig(offload_to_cpu=True, rank0_only=True)
+    plugin = FullyShardedDataParallelPlugin(state_dict_config=full, optim_state_dict_config=full, fsdp_version=1,
+                                            use_orig_params=True, limit_all_gathers=True, param_init_fn=print)
+    assert plugin.state_dict_config is full and plugin.sharding_strategy == "FULL_SHARD"
+
+
 @pytest.mark.parametrize("make,message", [
+    (lambda: FullyShardedDataParallelPlugin(activation_checkpointing_offload=True), "activation_checkpointing"),
+    (lambda: FullyShardedDataParallelPlugin(fsdp_version=3), "fsdp_version"),
+    (lambda: FullyShardedDataParallelPlugin(param_init_fn="zeros"), "param_init_fn"),
     (lambda: FullyShardedDataParallelPlugin(sharding_strategy="FULL"), "sharding_strategy"),
     (lambda: FullyShardedDataParallelPlugin(auto_wrap_policy="SIZE_BASED_WRAP"), "min_num_params"),
     (lambda: DeepSpeedPlugin(zero_stage=4), "zero_stage"),

@@ -46,8 +46,29 @@ class FullyShardedDataParallelPlugin:
     sync_module_states: bool = False  # rank 0's weights are broadcast to the others before sharding
     # transformers loads pretrained weights on rank 0 only (the others on the meta device); implies the above
     cpu_ram_efficient_loading: bool = False
+    # Accelerate 1.15's other keywords. FSDP1's, taken as FSDP2 has them: it always shards the original
+    # parameters, limits its all-gathers and prefetches one module ahead in both passes, and hpc gathers
+    # full state dicts onto rank 0's CPU (FullStateDictConfig(offload_to_cpu=True, rank0_only=True)).
+    fsdp_version: int = 2  # 1 is run as FSDP2, as `accelerate launch --fsdp_version 1` is (a note at launch)
+    backward_prefetch: Any = None
+    forward_prefetch: bool = False
+    limit_all_gathers: bool = True
+    use_orig_params: bool = True
+    state_dict_config: Any = None
+    optim_state_dict_config: Any = None
+    ignored_modules: Any = None  # modules left unsharded (fully_shard's ignored_params)
+    param_init_fn: Any = None  # called on each module a rank built on the meta device, instead of to_empty
+    activation_checkpointing_offload: bool = False
 
     def __post_init__(self):
+        if str(self.fsdp_version) not in ("1", "2"):
+            raise HpcError(f"fsdp_version={self.fsdp_version!r} is not known", fix="use 2 (or 1, run as FSDP2)")
+        if self.activation_checkpointing_offload:
+            raise HpcError("activation_checkpointing_offload=True is not supported by hpc (activations are "
+                           "recomputed on the device)", fix="use activation_checkpointing=True alone")
+        if self.param_init_fn is not None and not callable(self.param_init_fn):
+            raise HpcError(f"param_init_fn={self.param_init_fn!r} is not callable",
+                           fix="pass a function taking a module, or drop it")
         self.sharding_strategy = _choice("sharding_strategy", self.sharding_strategy, SHARDING)
         if isinstance(self.transformer_cls_names_to_wrap, str):
             self.transformer_cls_names_to_wrap = [n.strip() for n in self.transformer_cls_names_to_wrap.split(",")

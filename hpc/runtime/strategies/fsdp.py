@@ -7,6 +7,7 @@ NO_SHARD and HYBRID_SHARD use a 2-D mesh (replicate x shard): (world x 1), and (
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import torch
 import torch.distributed as dist
@@ -80,10 +81,14 @@ class FSDPStrategy(Strategy):
         if plugin.auto_wrap_policy == "TRANSFORMER_AUTO_WRAP":
             present = {type(m).__name__ for m in model.modules()}
             missing = sorted(layer_names - present)
-            if not layer_names or missing:
-                raise HpcError(f"TRANSFORMER_AUTO_WRAP: layer class {', '.join(missing) or '(none named)'} is not in "
-                               "the model", fix="name the block class in transformer_cls_names_to_wrap "
+            if missing:
+                raise HpcError(f"TRANSFORMER_AUTO_WRAP: layer class {', '.join(missing)} is not in the model",
+                               fix="name the block class in transformer_cls_names_to_wrap "
                                f"(the model has {', '.join(sorted(present)[:8])})")
+            if not layer_names and self.state.env.rank == 0:  # Accelerate's policy then matches the root alone
+                print(f"hpc: note: TRANSFORMER_BASED_WRAP: {type(model).__name__} names no layer class (no "
+                      "transformer_cls_names_to_wrap, no _no_split_modules): the whole model is sharded as one unit",
+                      file=sys.stderr, flush=True)
         if plugin.sync_module_states:
             self._materialize(model)
         if not plugin.cpu_offload:
@@ -96,6 +101,10 @@ class FSDPStrategy(Strategy):
             wanted = layer_names or {type(m).__name__ for m in model.children()}
             apply_activation_checkpointing(model, check_fn=lambda m: type(m).__name__ in wanted)
         policy = self._policy()
+        if plugin.ignored_modules:
+            ignored = plugin.ignored_modules
+            ignored = [ignored] if isinstance(ignored, torch.nn.Module) else list(ignored)
+            policy["ignored_params"] = {p for m in ignored for p in m.parameters()}
         # innermost first: a block is sharded before the module holding it
         for module in reversed(list(model.modules())):
             if module is not model and self._wrap_here(module, layer_names):
@@ -116,7 +125,14 @@ class FSDPStrategy(Strategy):
         if self.state.env.rank == 0:
             raise HpcError("sync_module_states: rank 0's model is on the meta device; it must hold the weights",
                            fix="load the weights on rank 0 (cpu_ram_efficient_loading loads them there only)")
-        model.to_empty(device="cpu" if self.plugin.cpu_offload else self.state.device)
+        device = "cpu" if self.plugin.cpu_offload else self.state.device
+        if self.plugin.param_init_fn is not None:  # the user's own materialization, module by module
+            for module in model.modules():
+                if any(t.is_meta for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]):
+                    self.plugin.param_init_fn(module)
+            model.to(device)
+        else:
+            model.to_empty(device=device)
         if callable(getattr(model, "tie_weights", None)):  # to_empty unties shared weights (transformers re-ties)
             model.tie_weights()
 
