@@ -103,3 +103,42 @@ def test_the_warning_signal_stops_a_self_resuming_script_and_its_next_attempt_re
     assert final(tmp_path / "out") == final(tmp_path / "straight")
     noted = [json.loads(line) for line in (job_dir / "tasks" / "0.saves").read_text().splitlines()]
     assert any(entry["path"].endswith(stopped_at) for entry in noted)
+
+
+@pytest.mark.slurm
+def test_a_self_resuming_script_preempted_on_slurm_ends_as_a_straight_run(slurm, tmp_path):
+    """Two nodes of the on-machine SLURM: `scancel --signal=USR1` mid-epoch; the ranks stop at the next batch,
+    hpc saves step_N for the script, the batch script requeues the job, and SLURM's next attempt runs the script
+    with `--resume_from_checkpoint <step_N>`."""
+    flags = ["--checkpointing_steps", "2"]
+    run(tmp_path, "straight", *flags)
+    info = submit(tmp_path, "-p", "slurm-local", "-N", "2", "--ntasks-per-node", "1",
+                  "--resume-args", "--resume_from_checkpoint {checkpoint}", str(SHAPE), "--",
+                  "--output_dir", str(tmp_path / "out"), *COMMON, *flags, "--step_sleep", "0.3")
+    _wait_for_lines(tmp_path / "out" / "seen-rank0.jsonl", 7, timeout=180)
+    subprocess.run(["scancel", "--signal=USR1", info["job_id"]], check=True, capture_output=True)
+    assert hpc(tmp_path, "wait", info["job_id"], timeout=300).returncode == 0
+    logs = hpc(tmp_path, "logs", "--all", info["job_id"], check=True).stdout
+    assert "stop requested (USR1): saved" in logs and "resuming the script from" in logs, logs[-3000:]
+    assert "requeued SLURM job" in logs, logs[-3000:]
+    assert final(tmp_path / "out") == final(tmp_path / "straight")
+
+
+def test_a_sharded_save_on_the_main_process_alone_is_a_clear_error_not_a_hang(tmp_path):
+    """FSDP's state is sharded: save_state under `if accelerator.is_main_process:` cannot work there. The rank
+    that came waits for the others as long as the job's hang timeout, then names the mistake."""
+    (tmp_path / "alone.py").write_text(
+        "import os, sys, torch\n"
+        "from hpc import Accelerator, FullyShardedDataParallelPlugin\n"
+        "acc = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(), project_dir=sys.argv[1])\n"
+        "model = torch.nn.Linear(4, 4)\n"
+        "model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))\n"
+        "if acc.is_main_process:\n"
+        "    acc.save_state(os.path.join(sys.argv[1], 'checkpoint-1'))\n"
+        "acc.end_training()\n")
+    proc = hpc(tmp_path, "submit", "-p", "local", "--nproc", "2", "--hang-timeout", "3", "--wait", "alone.py", "--",
+               str(tmp_path / "p"), timeout=180)
+    assert proc.returncode != 0
+    logs = hpc(tmp_path, "logs", "--all", timeout=60).stdout
+    assert "save_state was called on 1 of 2 ranks (waited 3 s for the others)" in logs, logs[-3000:]
+    assert "not under `if accelerator.is_main_process:`" in logs

@@ -704,7 +704,10 @@ class Accelerator:
     def checkpointer(self) -> Checkpointer:
         if self._checkpointer is None:
             store = CheckpointStore(self.checkpoint_dir, self._checkpoint_keep)
-            self._checkpointer = Checkpointer(self, self.strategy.checkpoint_format(), store, self._checkpoint_fsync)
+            # a rank that never comes to a sharded save is named after the job's hang timeout (10 minutes without)
+            arrival = float(self._config.get("hang_timeout") or 0) or 600.0
+            self._checkpointer = Checkpointer(self, self.strategy.checkpoint_format(), store, self._checkpoint_fsync,
+                                              arrival_timeout_s=arrival)
         return self._checkpointer
 
     def _training_meta(self) -> dict:
@@ -716,6 +719,7 @@ class Accelerator:
         registered objects, counters and dataloader positions. Default place: checkpoints/step-<N>.
         Every rank must call it. With async_save, training waits only while the state is copied."""
         self._resume_if_asked()
+        self.checkpointer.arrive("save_state")
         folder = self._folder_named(output_dir) if output_dir is not None else self.checkpointer.store.step_dir(
             self.training.completed_steps)
         use_async = self.checkpoint_async if async_save is None else async_save
@@ -825,6 +829,7 @@ class Accelerator:
         (skip_first_batches) skips once; a StatefulDataLoader resumes mid-epoch, as in Accelerate. hpc's exact
         mid-epoch resume is resume() and auto_resume."""
         self._auto_resume_pending = False
+        self.checkpointer.arrive("load_state")
         folder = self.checkpointer.choose(self._folder_named(input_dir) if input_dir is not None else None)
         if folder is None:
             raise HpcError(f"no committed checkpoint under {self.checkpoint_dir}",

@@ -28,6 +28,8 @@ from hpc.runtime.checkpoint.formats import StagingBuffers
 from hpc.runtime.checkpoint.store import CheckpointStore
 
 COMMIT_TIMEOUT_S = 1800.0  # how long rank 0 waits for the other ranks' files before giving the save up
+# how long a rank waits for the others to enter a sharded save or load before it names the script's mistake
+ARRIVAL_TIMEOUT_S = 600.0
 # how long a rank that saved its part waits for rank 0 to say where it saved the same point (a replicated save)
 ANNOUNCE_TIMEOUT_S = 120.0
 
@@ -57,13 +59,20 @@ def set_rng_state(state: dict) -> None:
 
 
 class Checkpointer:
-    def __init__(self, accelerator, fmt, store: CheckpointStore, fsync: bool = False):
+    def __init__(self, accelerator, fmt, store: CheckpointStore, fsync: bool = False,
+                 arrival_timeout_s: float = ARRIVAL_TIMEOUT_S):
         self.acc, self.format, self.store, self.fsync = accelerator, fmt, store, fsync
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._staging = StagingBuffers()  # reused by every background save (one is in flight at a time)
         self.alone = bool(getattr(fmt, "replicated", False))  # each rank saves and loads without the others
         self._own_part_folder: Path | None = None  # where the checkpoint being loaded keeps this rank's part
+        self._arrivals = notices.Arrivals(accelerator.num_processes, arrival_timeout_s)
+
+    def arrive(self, what: str) -> None:
+        """Sharded state: wait for every rank to enter this save or load (a clear error if one never does)."""
+        if not self.alone:
+            self._arrivals.wait(what, fix=f"call {what} on every rank, not under `if accelerator.is_main_process:`")
 
     @property
     def rank(self) -> int:

@@ -43,3 +43,31 @@ def where(step: int, micro_step: int, timeout_s: float) -> str | None:
     except RuntimeError:  # DistStoreError on a timeout: rank 0 never saved at this point
         return None
     return store.get(_key(step, micro_step)).decode()
+
+
+class Arrivals:
+    """Sharded state is saved and loaded by every rank together: before the first collective, each rank says it
+    has come, and waits (bounded) for the others. A script that saves on one rank only (diffusers' pattern,
+    fine for DDP) then gets an error naming the cause instead of a collective that never returns."""
+
+    def __init__(self, world: int, timeout_s: float):
+        self.world, self.timeout_s = world, timeout_s
+        self._calls: dict[str, int] = {}
+
+    def wait(self, what: str, fix: str) -> None:
+        import time
+
+        from hpc.errors import HpcError
+
+        store = _store()
+        if store is None or self.world <= 1:
+            return
+        n = self._calls[what] = self._calls.get(what, 0) + 1
+        key = f"hpc/arrivals/{what}/{n}"
+        here, deadline = store.add(key, 1), time.monotonic() + self.timeout_s
+        while here < self.world:
+            if time.monotonic() > deadline:
+                raise HpcError(f"{what} was called on {here} of {self.world} ranks (waited {self.timeout_s:.0f} s "
+                               "for the others): this job's state is sharded, so every rank must call it", fix=fix)
+            time.sleep(0.05)
+            here = store.add(key, 0)
