@@ -1,6 +1,7 @@
 """`accelerate.tracking` as hpc spells it: the tracker base class and the built-in trackers."""
 
-from hpc.runtime.tracking import (GeneralTracker, JsonlTracker, MLflowTracker, TensorBoardTracker,  # noqa: F401
-                                  WandBTracker)
+from hpc.runtime.tracking import (AimTracker, ClearMLTracker, CometMLTracker, DVCLiveTracker,  # noqa: F401
+                                  GeneralTracker, JsonlTracker, MLflowTracker, TensorBoardTracker, WandBTracker)
 
-__all__ = ["GeneralTracker", "JsonlTracker", "MLflowTracker", "TensorBoardTracker", "WandBTracker"]
+__all__ = ["AimTracker", "ClearMLTracker", "CometMLTracker", "DVCLiveTracker", "GeneralTracker", "JsonlTracker",
+           "MLflowTracker", "TensorBoardTracker", "WandBTracker"]
