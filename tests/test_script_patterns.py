@@ -34,6 +34,15 @@ def run(tmp_path: Path, out: str, *args, code: int = 0) -> subprocess.CompletedP
     return proc
 
 
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> Path:
+    """The run the interrupted ones must end as, without dropout (a rank that saved no RNG keeps its own stream;
+    saving does not change training, so one straight run serves every checkpoint naming)."""
+    folder = tmp_path_factory.mktemp("straight")
+    run(folder, "out", "--dropout", "0")
+    return folder / "out"
+
+
 def final(folder: Path) -> dict:
     return json.loads((folder / "final.json").read_text())
 
@@ -61,13 +70,12 @@ def test_a_transformers_script_resumed_from_its_step_checkpoint_ends_as_a_straig
     assert (straight / "step_2" / ".rank1.json").exists() and (straight / "step_2" / "manifest.json").exists()
 
 
-def test_a_diffusers_script_saves_on_the_main_process_alone_and_resumes_from_latest(tmp_path):
+def test_a_diffusers_script_saves_on_the_main_process_alone_and_resumes_from_latest(tmp_path, straight):
     flags = ["--diffusers", "--checkpointing_steps", "3", "--dropout", "0"]
-    run(tmp_path, "straight", *flags)
     run(tmp_path, "cut", *flags, "--die_after_step", "7", code=17)  # checkpoint-3 and checkpoint-6 saved
     resumed = run(tmp_path, "cut", *flags, "--resume_from_checkpoint", "latest")
     assert "Resumed from checkpoint: " + str(tmp_path / "cut" / "checkpoint-6") in resumed.stdout
-    assert final(tmp_path / "cut") == final(tmp_path / "straight")
+    assert final(tmp_path / "cut") == final(straight)
     # rank 1 never saved: it keeps its own random state, and says so once
     assert resumed.stderr.count("rank 1 keeps its own random state") == 1
     assert not list((tmp_path / "cut").glob("checkpoint-*/.rank1.json"))
@@ -80,17 +88,14 @@ def _wait_for_lines(path: Path, n: int, timeout: float = 120) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("save_as", [None, "out/step_{step}"])
-def test_the_warning_signal_stops_a_self_resuming_script_and_its_next_attempt_resumes(tmp_path, save_as):
+def test_the_warning_signal_stops_a_self_resuming_script_and_its_next_attempt_resumes(tmp_path, straight):
     """Local profile: USR1 mid-epoch (no save of the script's due then); hpc stops the script at its next batch,
-    saves in the script's naming (read off its own step_2 save, or given), the job runs again with
+    saves in the script's naming (read off its own step_2 save), the job runs again with
     `--resume_from_checkpoint <that folder>`, and ends as a straight run."""
-    flags = ["--checkpointing_steps", "2"]
-    run(tmp_path, "straight", *flags)
-    extra = ["--set", f"resume_save_as={tmp_path / save_as}"] if save_as else []
-    info = submit(tmp_path, "-p", "local", "--nproc", "2", *extra,
+    info = submit(tmp_path, "-p", "local", "--nproc", "2",
                   "--resume-args", "--resume_from_checkpoint {checkpoint}", str(SHAPE), "--",
-                  "--output_dir", str(tmp_path / "out"), *COMMON, *flags, "--step_sleep", "0.3")
+                  "--output_dir", str(tmp_path / "out"), *COMMON, "--checkpointing_steps", "2", "--dropout", "0",
+                  "--step_sleep", "0.3")
     job_dir = Path(info["job_dir"])
     _wait_for_lines(tmp_path / "out" / "seen-rank0.jsonl", 7)  # into step 4: step_2 saved, step_4 not yet
     _local_script_process(job_dir).send_signal(signal.SIGUSR1)
@@ -100,28 +105,29 @@ def test_the_warning_signal_stops_a_self_resuming_script_and_its_next_attempt_re
     assert saved and "/out/step_" in saved[0], logs[-3000:]
     stopped_at = saved[0].split("/out/")[1].split(";")[0]
     assert f"resuming the script from {tmp_path / 'out' / stopped_at}" in logs, logs[-3000:]
-    assert final(tmp_path / "out") == final(tmp_path / "straight")
+    assert final(tmp_path / "out") == final(straight)
     noted = [json.loads(line) for line in (job_dir / "tasks" / "0.saves").read_text().splitlines()]
     assert any(entry["path"].endswith(stopped_at) for entry in noted)
 
 
 @pytest.mark.slurm
-def test_a_self_resuming_script_preempted_on_slurm_ends_as_a_straight_run(slurm, tmp_path):
-    """Two nodes of the on-machine SLURM: `scancel --signal=USR1` mid-epoch; the ranks stop at the next batch,
-    hpc saves step_N for the script, the batch script requeues the job, and SLURM's next attempt runs the script
-    with `--resume_from_checkpoint <step_N>`."""
-    flags = ["--checkpointing_steps", "2"]
-    run(tmp_path, "straight", *flags)
+def test_a_self_resuming_script_preempted_on_slurm_ends_as_a_straight_run(slurm, tmp_path, straight):
+    """Two nodes of the on-machine SLURM: `scancel --signal=USR1` mid-epoch, before the script saved anything;
+    the ranks stop at the next batch, hpc saves for the script where resume_save_as says, the batch script
+    requeues the job, and SLURM's next attempt runs the script with `--resume_from_checkpoint <that folder>`."""
     info = submit(tmp_path, "-p", "slurm-local", "-N", "2", "--ntasks-per-node", "1",
+                  "--set", f"resume_save_as={tmp_path / 'out' / 'step_{step}'}",
                   "--resume-args", "--resume_from_checkpoint {checkpoint}", str(SHAPE), "--",
-                  "--output_dir", str(tmp_path / "out"), *COMMON, *flags, "--step_sleep", "0.3")
-    _wait_for_lines(tmp_path / "out" / "seen-rank0.jsonl", 7, timeout=180)
+                  "--output_dir", str(tmp_path / "out"), *COMMON, "--checkpointing_steps", "8", "--dropout", "0",
+                  "--step_sleep", "0.3")
+    _wait_for_lines(tmp_path / "out" / "seen-rank0.jsonl", 7, timeout=180)  # into step 4; step_8 is its first
     subprocess.run(["scancel", "--signal=USR1", info["job_id"]], check=True, capture_output=True)
     assert hpc(tmp_path, "wait", info["job_id"], timeout=300).returncode == 0
     logs = hpc(tmp_path, "logs", "--all", info["job_id"], check=True).stdout
-    assert "stop requested (USR1): saved" in logs and "resuming the script from" in logs, logs[-3000:]
-    assert "requeued SLURM job" in logs, logs[-3000:]
-    assert final(tmp_path / "out") == final(tmp_path / "straight")
+    saved = [line for line in logs.splitlines() if "stop requested (USR1): saved" in line]
+    assert saved and f"{tmp_path / 'out'}/step_" in saved[0], logs[-3000:]
+    assert "resuming the script from" in logs and "requeued SLURM job" in logs, logs[-3000:]
+    assert final(tmp_path / "out") == final(straight)
 
 
 def test_a_sharded_save_on_the_main_process_alone_is_a_clear_error_not_a_hang(tmp_path):

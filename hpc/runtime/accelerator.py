@@ -29,6 +29,7 @@ from hpc.config import accelerate_settings
 from hpc.errors import HpcError
 from hpc.runtime import model_files, ops, preemption
 from hpc.runtime.nest import all_tensors
+from hpc.runtime.checkpoint import notices
 from hpc.runtime.checkpoint.checkpointer import Checkpointer
 from hpc.runtime.compile import Compile, TorchDynamoPlugin
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
@@ -719,11 +720,12 @@ class Accelerator:
         registered objects, counters and dataloader positions. Default place: checkpoints/step-<N>.
         Every rank must call it. With async_save, training waits only while the state is copied."""
         self._resume_if_asked()
-        self.checkpointer.arrive("save_state")
+        with self._watchdog.paused("save_state: waiting for every rank"):
+            self.checkpointer.arrive("save_state")
         folder = self._folder_named(output_dir) if output_dir is not None else self.checkpointer.store.step_dir(
             self.training.completed_steps)
         use_async = self.checkpoint_async if async_save is None else async_save
-        if output_dir is not None and self.is_main_process:
+        if output_dir is not None:
             self._note_script_checkpoint(folder)
         with self._watchdog.paused("save"), contextlib.nullcontext() if use_async else self._pace.saving():
             return self.checkpointer.save(folder, self._training_meta(), async_save=use_async,
@@ -737,7 +739,8 @@ class Accelerator:
         job_dir = os.environ.get("HPC_JOB_DIR")
         if not (self._script_resumes and job_dir):
             return
-        script_checkpoints.note(job_dir, os.environ.get("HPC_TASK", "0"), folder, self.training.completed_steps)
+        if self.is_main_process:
+            script_checkpoints.note(job_dir, os.environ.get("HPC_TASK", "0"), folder, self.training.completed_steps)
         if self._resume_save_as is None:
             self._resume_save_as = script_checkpoints.naming(folder, self.training.completed_steps)
 
@@ -752,9 +755,14 @@ class Accelerator:
         self._batch_marks[id(loader)] = steps
         if before is None or before == steps or not self.should_stop:
             return
+        # every rank is here (the stop is seen alike): rank 0's naming holds for all (diffusers saves on it alone)
+        naming = self._broadcast_object(self._resume_save_as)
         folder = None
-        if self._resume_save_as is not None:
-            folder = self.save_state(self._resume_save_as.replace("{step}", str(steps)), async_save=False)
+        if naming is not None:
+            folder = Path(naming.replace("{step}", str(steps)))
+            saved = self._broadcast_object(self.checkpointer.committed_step(folder))
+            if saved != steps:  # the script's own save of this very step stands
+                folder = self.save_state(folder, async_save=False)
         elif self.is_main_process:
             preemption.log("the script has saved no step checkpoint yet and resume_save_as is not set: nothing "
                            "saved; its next attempt resumes from its newest own checkpoint, if any")
@@ -771,9 +779,16 @@ class Accelerator:
         still restores every model itself afterwards. Returns a handle whose remove() unregisters it."""
         return self._hooks.add("load", hook)
 
+    def _models_for_hooks(self) -> list:
+        """The models as Accelerate hands them to save/load hooks: under DDP the user's own module (diffusers'
+        hooks call its save_pretrained), elsewhere the prepared one."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        return [m.module if isinstance(m, DistributedDataParallel) else m for m in self.training.models]
+
     def _run_save_hooks(self, folder: Path) -> None:
         if self._hooks.save:
-            models = list(self.training.models)
+            models = self._models_for_hooks()
             weights = [self.strategy.unwrap(m).state_dict() for m in models]
             for hook in list(self._hooks.save.values()):
                 hook(models, weights, str(folder))
@@ -806,7 +821,7 @@ class Accelerator:
         # one folder per array task (they share the job folder); the watchdog tells an earlier attempt's reports by age
         folder = Path(layout.JobFolder(job_dir).hang(os.environ.get("HPC_TASK", "0"))) if job_dir else None
         return HangWatchdog(timeout_s, self.process_index, self.num_processes, socket.gethostname(), folder,
-                            before_exit=self._after_hang)
+                            before_exit=self._after_hang, excused=None if self.is_main_process else notices.peer_saving)
 
     def _after_hang(self, summary: str) -> None:
         # any rank may ask (the job script's request file is one); scontrol for a function only from the rank
@@ -829,7 +844,8 @@ class Accelerator:
         (skip_first_batches) skips once; a StatefulDataLoader resumes mid-epoch, as in Accelerate. hpc's exact
         mid-epoch resume is resume() and auto_resume."""
         self._auto_resume_pending = False
-        self.checkpointer.arrive("load_state")
+        with self._watchdog.paused("load_state: waiting for every rank"):
+            self.checkpointer.arrive("load_state")
         folder = self.checkpointer.choose(self._folder_named(input_dir) if input_dir is not None else None)
         if folder is None:
             raise HpcError(f"no committed checkpoint under {self.checkpoint_dir}",
@@ -851,7 +867,7 @@ class Accelerator:
 
     def _restore(self, folder: Path, mid_epoch: bool) -> ResumeInfo:
         for hook in list(self._hooks.load.values()):
-            hook(list(self.training.models), str(folder))
+            hook(self._models_for_hooks(), str(folder))
         with self._watchdog.paused("load"):
             meta = self.checkpointer.load(folder)
         self.training.completed_steps, self.step = int(meta.get("step", 0)), int(meta.get("micro_step", 0))
@@ -922,6 +938,13 @@ class Accelerator:
     def _flag(self, value: int) -> torch.Tensor:
         """A one-element tensor where the backend can send it (NCCL: on the GPU)."""
         return torch.tensor([value], device=self.device if self._process.backend == "nccl" else "cpu")
+
+    def _broadcast_object(self, value):
+        if not self._process.distributed:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
 
     def _broadcast_flag(self, value: bool) -> bool:
         if not self._process.distributed:

@@ -129,6 +129,8 @@ class PreparedDataLoader:
     def restart_epoch(self, epoch: int, checkpoint_position: int) -> None:
         """An explicit load_state: the next pass runs epoch `epoch` from its start (Accelerate's), and the first
         skip_first_batches of it skips to `checkpoint_position`, where the checkpoint stopped."""
+        if checkpoint_position >= len(self):  # saved at the epoch's last batch: the next epoch is next
+            epoch, checkpoint_position = epoch + 1, 0
         self.resume_at(epoch, 0)
         self._checkpoint_position = checkpoint_position
 
@@ -138,14 +140,18 @@ class PreparedDataLoader:
         (`resume_step = step * accumulation - epoch * len(loader)`), which is off by the windows that an
         epoch's end closed early when the accumulation does not divide the epoch: Accelerate then skips a
         batch too many or too few; hpc loses and repeats none."""
-        position, self._checkpoint_position = self._checkpoint_position, None
-        if position is None or position == asked:
+        position, self._checkpoint_position = self.peek_skip(asked), None
+        if position == asked:
             return asked
         if self.layout.rank == 0:
             print(f"hpc: skip_first_batches({asked}): the checkpoint stopped after batch {position} of this epoch; "
               f"going on from there (skipping {asked} would {'lose' if asked > position else 'repeat'} "
                   f"{abs(asked - position)})", file=sys.stderr, flush=True)
         return position
+
+    def peek_skip(self, asked: int) -> int:
+        """What skip_target(asked) will give, without using the checkpoint's position up."""
+        return asked if self._checkpoint_position is None else self._checkpoint_position
 
     @property
     def restores_position(self) -> bool:
@@ -233,7 +239,7 @@ class SkipFirstBatches:
         self.prepared, self.n = prepared, n
 
     def __len__(self) -> int:
-        return max(0, len(self.prepared._reader) - self.n)
+        return max(0, len(self.prepared._reader) - self.prepared.peek_skip(self.n))
 
     def __iter__(self):
         self.prepared._skip = self.prepared.skip_target(self.n)

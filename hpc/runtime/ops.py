@@ -49,9 +49,10 @@ def gather_object(obj, world: int) -> list:
 
 def gather(data, world: int):
     """Every rank's tensors, concatenated along dim 0 (rank 0's first). Shapes must agree but in dim 0."""
+    if world == 1:  # as Accelerate's: what one process holds is already everything
+        return data
+
     def _gather(t: torch.Tensor) -> torch.Tensor:
-        if world == 1:  # walked all the same: non-tensors are refused as with several ranks
-            return t
         t = t.contiguous() if t.dim() else t.reshape(1)
         parts = [torch.empty_like(t) for _ in range(world)]
         dist.all_gather(parts, t)

@@ -55,6 +55,17 @@ class GeneralTracker:
         pass
 
 
+class _LibraryTracker(GeneralTracker):
+    """hpc's trackers of a library's run: a name the tracker does not have is its run's (``add_images`` is the
+    SummaryWriter's), as scripts written for Accelerate before 0.17, whose get_tracker returned the run itself,
+    still call it (diffusers does where it cannot read Accelerate's installed version)."""
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name == "tracker":
+            raise AttributeError(name)
+        return getattr(self.tracker, name)
+
+
 def _number(value):
     item = getattr(value, "item", None)
     return item() if callable(item) else value
@@ -88,7 +99,7 @@ class JsonlTracker(GeneralTracker):
         self.file.close()
 
 
-class TensorBoardTracker(GeneralTracker):
+class TensorBoardTracker(_LibraryTracker):
     name = "tensorboard"
     requires_logging_directory = True
     package = "tensorboard"
@@ -135,7 +146,7 @@ def _kept_id(folder: Path, run_name: str, tracker: str) -> tuple[Path, str | Non
     return path, (path.read_text().strip() if path.exists() else None)
 
 
-class WandBTracker(GeneralTracker):
+class WandBTracker(_LibraryTracker):
     name = "wandb"
     package = "wandb"
 
@@ -165,7 +176,7 @@ class WandBTracker(GeneralTracker):
         self.run.finish()
 
 
-class MLflowTracker(GeneralTracker):
+class MLflowTracker(_LibraryTracker):
     """Runs in the MLflow server (or database) of MLFLOW_TRACKING_URI, else in a file store next to the logs
     (``mlruns``): MLflow keeps the file store in maintenance, but it needs neither a server nor SQLAlchemy."""
 
@@ -204,7 +215,7 @@ class MLflowTracker(GeneralTracker):
         self.mlflow.end_run()
 
 
-class CometMLTracker(GeneralTracker):
+class CometMLTracker(_LibraryTracker):
     """A Comet experiment (``comet_ml.start``, comet_ml 3.41 or later), online or offline as Comet's own settings
     say (``online=False`` in init_kwargs, or COMET_START_ONLINE=false); an offline experiment is archived into
     ``comet_ml/`` in the logging folder (unless COMET_OFFLINE_DIRECTORY or an ``experiment_config`` says otherwise), for
@@ -257,7 +268,7 @@ class CometMLTracker(GeneralTracker):
         self.experiment.end()
 
 
-class AimTracker(GeneralTracker):
+class AimTracker(_LibraryTracker):
     """An Aim run in the repository at the logging folder (``aim up --repo <folder>`` shows it; Aim's UI indexes new
     runs), named after the project. A resumed job reopens the run of the hash it kept; a step logged again
     replaces the value the interrupted attempt logged."""
@@ -310,7 +321,7 @@ class AimTracker(GeneralTracker):
         self.run.close()
 
 
-class ClearMLTracker(GeneralTracker):
+class ClearMLTracker(_LibraryTracker):
     """A ClearML task (``Task.init``) in the project and under the task name CLEARML_PROJECT and CLEARML_TASK say,
     else the project name; a task already started in the process (``Task.current_task()``, e.g. by clearml-agent)
     is used as it is and left open. Offline (``Task.set_offline(True)`` or CLEARML_OFFLINE_MODE=1) the session is
@@ -389,7 +400,7 @@ class ClearMLTracker(GeneralTracker):
             self.task.close()
 
 
-class DVCLiveTracker(GeneralTracker):
+class DVCLiveTracker(_LibraryTracker):
     """DVCLive's files (``dvclive.Live``) in ``dvclive/<project>`` of the logging folder (``dir`` in init_kwargs
     elsewhere), or a ``Live`` of the user's (``init_kwargs={"dvclive": {"live": live}}``). DVCLive has no run id:
     a resumed job opens the same folder with ``resume=True`` and drops the rows the interrupted attempt logged

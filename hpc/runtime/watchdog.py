@@ -73,12 +73,15 @@ class HangWatchdog:
 
     def __init__(self, timeout_s: float, rank: int, world_size: int, host: str,
                  report_dir: str | os.PathLike | None, before_exit: Callable[[str], None] | None = None,
-                 exit_code: int = HANG_EXIT_CODE):
+                 exit_code: int = HANG_EXIT_CODE, excused: Callable[[], bool] | None = None):
         self.timeout_s = float(timeout_s)
         self.rank, self.world_size, self.host = int(rank), int(world_size), str(host)
         self.report_dir = Path(report_dir) if report_dir is not None else None
         self.before_exit = before_exit
         self.exit_code = exit_code
+        # asked before a hang is declared: whether the wait is another rank's known work (rank 0 writing a
+        # checkpoint the others do not wait for); the clock then starts again
+        self.excused = excused
         # a hang is declared at most a quarter of the timeout late; a check is a few attribute reads, but every
         # 5 s is often enough for any timeout worth setting (minutes)
         self.check_every_s = max(_CHECK_EVERY_MIN_S, min(_CHECK_EVERY_MAX_S, self.timeout_s / 4))
@@ -176,6 +179,9 @@ class HangWatchdog:
                 if self._pauses or last is None:
                     continue
                 since = now - last[0]
+                if since > self.timeout_s and self.excused is not None and self.excused():
+                    self._beat = last = (now, last[1])
+                    since = 0.0
                 if since <= self.timeout_s:
                     # re-armed here, not in beat(): arming starts a C thread (about 0.1 ms)
                     self._arm(last[0] + self.timeout_s + self.backstop_grace_s - now)

@@ -11,6 +11,7 @@ skipped.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import sys
@@ -68,6 +69,13 @@ class Checkpointer:
         self.alone = bool(getattr(fmt, "replicated", False))  # each rank saves and loads without the others
         self._own_part_folder: Path | None = None  # where the checkpoint being loaded keeps this rank's part
         self._arrivals = notices.Arrivals(accelerator.num_processes, arrival_timeout_s)
+        self._saved_points: set[tuple] = set()  # (step, micro_step) this process saved a part of (replicated)
+
+    def committed_step(self, folder: Path) -> int | None:
+        """The step of the checkpoint committed in ``folder`` (after this rank's own save in flight), or None."""
+        self.wait()
+        data = manifest.read(Path(folder))
+        return int(data["step"]) if data is not None and "step" in data else None
 
     def arrive(self, what: str) -> None:
         """Sharded state: wait for every rank to enter this save or load (a clear error if one never does)."""
@@ -112,7 +120,11 @@ class Checkpointer:
         if committed and folder.parent == self.store.root:
             if not self.alone:
                 self._barrier()
-            return folder
+                return folder
+            part = fileset.read_part(folder, self.rank) if self.rank != 0 else {}
+            point = {"step": meta.get("step", 0), "micro_step": meta.get("micro_step", 0)}
+            if self.rank == 0 or (part is not None and all(part.get(k) == v for k, v in point.items())):
+                return folder  # this very step, saved again after a resume; else this rank's part is missing
         if self.alone:
             return self._save_alone(folder, committed, meta, async_save, purge, before_write)
         work = _beside(folder, "saving") if committed else folder
@@ -158,8 +170,10 @@ class Checkpointer:
         0's commit of the same point (choose)."""
         point = {"step": meta.get("step", 0), "micro_step": meta.get("micro_step", 0)}
         work = _beside(folder, "saving") if committed and self.rank == 0 else folder
+        self._saved_points.add((point["step"], point["micro_step"]))
         if self.rank == 0:
             notices.announce(point["step"], point["micro_step"], folder.absolute())
+            notices.saving(True)  # the others train on and wait for rank 0 in their next collective
             if work != folder and work.exists():  # left by a replacement that was cut short
                 shutil.rmtree(work)
         work.mkdir(parents=True, exist_ok=True)
@@ -181,10 +195,13 @@ class Checkpointer:
             if self.rank != 0:
                 fileset.publish_part(work, self.rank, files.sums, point, fsync=self.fsync)
                 return
-            manifest.commit(work, fileset.collect_alone(work, files.sums),
-                            {"world_size": self.world, "format": self.format.name, **meta}, fsync=self.fsync)
-            if work != folder:
-                _swap_in(work, folder, point)
+            try:
+                manifest.commit(work, fileset.collect_alone(work, files.sums),
+                                {"world_size": self.world, "format": self.format.name, **meta}, fsync=self.fsync)
+                if work != folder:
+                    _swap_in(work, folder, point)
+            finally:
+                notices.saving(False)
             if purge and folder.parent == self.store.root:
                 self.store.purge(background=True)
 
@@ -248,16 +265,17 @@ class Checkpointer:
         if not self.alone:
             self._barrier()
 
-    def _damage(self, folder: Path) -> str | None:
-        """Sharded: checked by all ranks together, each a share of the files; the same answer on every rank.
-        Replicated: each rank checks every file it will read, alone."""
+    def _damage(self, folder: Path, together: bool = False) -> str | None:
+        """Sharded (or ``together``): checked by all ranks together, each a share of the files; the same answer
+        on every rank. Replicated, one folder named: each rank checks every file it will read, alone."""
+        alone = self.alone and not together
         data = manifest.read(folder)
         if data is None:
             mine = f"{folder}: no {manifest.NAME} (the save never finished)"
         else:
-            names = sorted(data["files"]) if self.alone else sorted(data["files"])[self.rank::self.world]
+            names = sorted(data["files"]) if alone else sorted(data["files"])[self.rank::self.world]
             mine = manifest.verify(folder, data["files"], names)
-        if self.alone:
+        if alone:
             return mine
         problems = [p for p in self._all_gather(mine) if p]
         return problems[0] if problems else None
@@ -270,8 +288,9 @@ class Checkpointer:
             return folder
         point = (part.get("step"), part.get("micro_step"))
         data = manifest.read(folder)
-        if data is not None and (data.get("step"), data.get("micro_step")) == point:
-            return folder  # committed already (a later process resuming, typically)
+        if point not in self._saved_points or (
+                data is not None and (data.get("step"), data.get("micro_step")) == point):
+            return folder  # committed already, or a part of another process's (one resuming never waits)
         shared = notices.where(*point, timeout_s=ANNOUNCE_TIMEOUT_S)
         source = Path(shared) if shared else folder
         deadline = time.monotonic() + COMMIT_TIMEOUT_S
@@ -284,7 +303,10 @@ class Checkpointer:
             time.sleep(0.05)
 
     def choose(self, folder: Path | None) -> Path | None:
-        """The explicit folder (damage is an error), or the newest good one in the store (None if none)."""
+        """The explicit folder (damage is an error), or the newest good one in the store (None if none). The
+        store's is chosen by all ranks together (resume() and auto-resume are reached by every rank): ranks that
+        chose apart could load different steps."""
+        self.wait()  # this rank's own save in flight commits first
         if folder is not None:
             self._settle(Path(folder))
             source = self._shared_source(Path(folder))
@@ -295,12 +317,9 @@ class Checkpointer:
                 raise HpcError(f"cannot load checkpoint: {problem}", fix="pick another step folder")
             self._own_part_folder = Path(folder)
             return source
-        if self.alone:
-            candidates = [e.path for e in self.store.committed()]
-        else:
-            candidates = self._all_gather([e.path for e in self.store.committed()] if self.rank == 0 else None)[0]
+        candidates = self._all_gather([e.path for e in self.store.committed()] if self.rank == 0 else None)[0]
         for path in candidates:
-            problem = self._damage(path)
+            problem = self._damage(path, together=True)
             if not problem:
                 self._own_part_folder = path
                 return path
@@ -312,6 +331,8 @@ class Checkpointer:
         """Replicated, rank other than 0: the folder holding this rank's part of the loaded point, checked; None
         (with a one-line note) where it is missing, of another save, or damaged."""
         folder = self._own_part_folder
+        if folder is not None and f"rng/rank{self.rank}.pt" in data["files"]:  # saved together, by an earlier hpc
+            return folder
         part = fileset.read_part(folder, self.rank) if folder is not None else None
         if part is None:
             why = "none was saved (save_state ran on the main process only)"
@@ -363,7 +384,14 @@ def _swap_in(new: Path, folder: Path, point: dict | None = None) -> None:
     if old.exists():
         shutil.rmtree(old)
     folder.rename(old)
-    new.rename(folder)
+    try:
+        new.rename(folder)
+    except OSError:  # another rank writing its part recreated the folder between the two renames
+        stray = _beside(folder, f"stray{os.getpid()}")
+        folder.rename(stray)
+        new.rename(folder)
+        fileset.move_parts(stray, folder, point or {})
+        shutil.rmtree(stray, ignore_errors=True)
     if point is not None:
         fileset.move_parts(old, folder, point)
     shutil.rmtree(old, ignore_errors=True)

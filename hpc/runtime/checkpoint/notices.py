@@ -45,6 +45,25 @@ def where(step: int, micro_step: int, timeout_s: float) -> str | None:
     return store.get(_key(step, micro_step)).decode()
 
 
+_SAVING = "hpc/checkpoint/saving"
+
+
+def saving(now: bool) -> None:
+    """Rank 0: a replicated save is (no longer) being written; the other ranks' hang watchdogs wait for it."""
+    store = _store()
+    if store is not None:
+        store.set(_SAVING, "1" if now else "0")
+
+
+def peer_saving() -> bool:
+    """Whether rank 0 is writing a replicated checkpoint now (read from the hang watchdog's thread)."""
+    store = _store()
+    try:
+        return store is not None and store.check([_SAVING]) and store.get(_SAVING) == b"1"
+    except RuntimeError:  # the store's host is gone: nothing to wait for
+        return False
+
+
 class Arrivals:
     """Sharded state is saved and loaded by every rank together: before the first collective, each rank says it
     has come, and waits (bounded) for the others. A script that saves on one rank only (diffusers' pattern,

@@ -7,6 +7,7 @@ NO_SHARD and HYBRID_SHARD use a 2-D mesh (replicate x shard): (world x 1), and (
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 
 import torch
@@ -103,6 +104,8 @@ class FSDPStrategy(Strategy):
         policy = self._policy()
         if plugin.ignored_modules:
             ignored = plugin.ignored_modules
+            if isinstance(ignored, str):  # Accelerate's: a pattern the modules' qualified names match whole
+                ignored = [m for name, m in model.named_modules() if re.fullmatch(ignored, name)]
             ignored = [ignored] if isinstance(ignored, torch.nn.Module) else list(ignored)
             policy["ignored_params"] = {p for m in ignored for p in m.parameters()}
         # innermost first: a block is sharded before the module holding it
