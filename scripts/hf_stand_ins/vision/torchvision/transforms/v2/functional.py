@@ -1,0 +1,1 @@
+"""Imported by transformers' fast image processors, which the scripts never call on images: nothing here."""
