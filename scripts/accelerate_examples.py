@@ -228,10 +228,14 @@ def run_all(framework: str, root: Path, env: dict, processes: int, timeout: floa
         if framework == "hpc":
             command = [sys.executable, "-m", "hpc", "launch", "--cpu", "--num_processes", str(processes), script, *args]
         else:
-            command = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes",
+            # `accelerate launch --cpu --num_processes 2` starts ONE process on a machine without GPUs (its multi-CPU
+            # launch is mpirun with a hostfile); --multi_gpu starts torchrun's 2, and ACCELERATE_USE_CPU=1 makes each
+            # one join a gloo group as MULTI_CPU
+            command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
                        str(processes), "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
                        script, *args]
-        run_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(pythonpath), "OMP_NUM_THREADS": "1"}
+        run_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(pythonpath), "OMP_NUM_THREADS": "1",
+                   **({"ACCELERATE_USE_CPU": "1"} if framework == "accelerate" else {})}
         started = time.monotonic()
         try:
             run = subprocess.run(command, cwd=root, env=run_env, capture_output=True, text=True, timeout=timeout)

@@ -120,7 +120,9 @@ def test_zero1_and_zero2_shard_the_optimizer_state(torch_runs, zero_runs):
     adam_saved = 8 * p * (1 - 1 / world)          # exp_avg + exp_avg_sq, fp32, split over the ranks
     master = 4 * p / world                        # the fp32 master partition ZeRO adds
     assert z1 <= ddp - adam_saved + master + 0.05 * ddp
-    assert z2 <= z1
+    # equal here (on CPU ZeRO-2's gradient partitions are freed before the measurement either way); a scalar or
+    # two of the stop vote may be in flight at the moment of the count: 4 bytes made this flaky once
+    assert z2 <= z1 + 64
 
 
 @pytest.mark.parametrize("name,strategy,precision", [("ddp", "ddp", "no"), ("full", "fsdp", "no"),
