@@ -133,18 +133,7 @@ class Checkpointer:
                 shutil.rmtree(work)
             work.mkdir(parents=True)
         self._barrier()
-        if before_write is not None:
-            before_write(work)
-
-        # GPU state goes through pinned host buffers even for a synchronous save: faster than the pageable
-        # copies torch.save makes of each tensor
-        buffers = self._staging if async_save or self.acc.device.type == "cuda" else None
-        staged = self.format.stage(self.acc.training.models, self.acc.training.optimizers, copy=buffers,
-                                   background=async_save)
-        extras = self._extras(buffers)
-        staged.start(work)
-        if buffers is not None:
-            buffers.synchronize()
+        staged, extras = self._stage(work, async_save, before_write)
         background = async_save and staged.background_ok
 
         def job() -> None:
@@ -177,15 +166,7 @@ class Checkpointer:
             if work != folder and work.exists():  # left by a replacement that was cut short
                 shutil.rmtree(work)
         work.mkdir(parents=True, exist_ok=True)
-        if before_write is not None:
-            before_write(work)
-        buffers = self._staging if async_save or self.acc.device.type == "cuda" else None
-        staged = self.format.stage(self.acc.training.models, self.acc.training.optimizers, copy=buffers,
-                                   background=async_save)
-        extras = self._extras(buffers)
-        staged.start(work)
-        if buffers is not None:
-            buffers.synchronize()
+        staged, extras = self._stage(work, async_save, before_write)
 
         def job() -> None:
             files = FileSet(work, self.rank, fsync=self.fsync)
@@ -207,6 +188,22 @@ class Checkpointer:
 
         self._run(job, async_save and staged.background_ok)
         return folder
+
+    def _stage(self, work: Path, async_save: bool, before_write) -> tuple:
+        """The save's first half, on the training thread: the pre-hooks, then the state copied where it must be
+        (what training changes next) and the collective planning started."""
+        if before_write is not None:
+            before_write(work)
+        # GPU state goes through pinned host buffers even for a synchronous save: faster than the pageable
+        # copies torch.save makes of each tensor
+        buffers = self._staging if async_save or self.acc.device.type == "cuda" else None
+        staged = self.format.stage(self.acc.training.models, self.acc.training.optimizers, copy=buffers,
+                                   background=async_save)
+        extras = self._extras(buffers)
+        staged.start(work)
+        if buffers is not None:
+            buffers.synchronize()
+        return staged, extras
 
     def _run(self, job, background: bool) -> None:
         if not background:
