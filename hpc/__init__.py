@@ -4,7 +4,12 @@ Importing this package must stay cheap and torch-free: the login-node CLI import
 Public names load on first use.
 """
 
-from hpc.version import ACCELERATE_API_VERSION, HPC_VERSION, __version__  # noqa: F401 - public
+HPC_VERSION = "0.1.0"  # pyproject.toml's version (tests/test_script_checkpoints.py checks they agree)
+ACCELERATE_API_VERSION = "1.15.0"
+# Scripts written for Accelerate gate features on its version (diffusers registers its save/load hooks only when
+# `accelerate.__version__ >= 0.16.0`), and with `import hpc as accelerate` they read this one: the Accelerate API
+# level hpc implements, with hpc's own release as the local label ("1.15.0+hpc.0.1.0" compares as 1.15.0).
+__version__ = f"{ACCELERATE_API_VERSION}+hpc.{HPC_VERSION}"
 
 _LAZY = {"Accelerator": ("hpc.runtime", "Accelerator"), "set_seed": ("hpc.runtime", "set_seed"),
          "DistributedDataParallelKwargs": ("hpc.runtime", "DistributedDataParallelKwargs"),

@@ -161,19 +161,21 @@ def build_stand_ins(src: Path, work: Path) -> dict:
             "HF_DATASETS_CACHE": str(work / "hf" / "datasets"), "TOKENIZERS_PARALLELISM": "false"}
 
 
+def snapshot(hub: Path, repo: str, kind: str = "models") -> Path:
+    """A folder in the offline Hub cache that `hf_hub_download(repo, ...)` finds with HF_HUB_OFFLINE=1."""
+    folder = hub / f"{kind}--{repo.replace('/', '--')}"
+    revision = "0" * 40
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(revision)
+    path = folder / "snapshots" / revision
+    path.mkdir(parents=True)
+    return path
+
+
 def build_models(hub: Path, words: list[str]) -> None:
     import torch
     from transformers import (BertConfig, BertForSequenceClassification, BertTokenizerFast, LlamaConfig,
                               LlamaForCausalLM)
-
-    def snapshot(repo: str) -> Path:
-        folder = hub / f"models--{repo.replace('/', '--')}"
-        revision = "0" * 40
-        (folder / "refs").mkdir(parents=True)
-        (folder / "refs" / "main").write_text(revision)
-        path = folder / "snapshots" / revision
-        path.mkdir(parents=True)
-        return path
 
     torch.manual_seed(0)
     vocab = hub / "vocab.txt"
@@ -181,13 +183,13 @@ def build_models(hub: Path, words: list[str]) -> None:
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
     size = len(words) + 5
 
-    bert = snapshot("bert-base-cased")
+    bert = snapshot(hub, "bert-base-cased")
     BertTokenizerFast(vocab_file=str(vocab), do_lower_case=False).save_pretrained(bert)
     BertForSequenceClassification(BertConfig(vocab_size=size, hidden_size=32, num_hidden_layers=2,
                                              num_attention_heads=2, intermediate_size=64,
                                              max_position_embeddings=512)).save_pretrained(bert)
 
-    smol = snapshot("HuggingFaceTB/SmolLM-360M")
+    smol = snapshot(hub, "HuggingFaceTB/SmolLM-360M")
     BertTokenizerFast(vocab_file=str(vocab), do_lower_case=False, eos_token="[SEP]", bos_token="[CLS]",
                       model_max_length=512).save_pretrained(smol)
     LlamaForCausalLM(LlamaConfig(vocab_size=size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -217,6 +219,29 @@ def check(expect: str | None, out: Path, output: str) -> str | None:
     return None if (out / expect).exists() else f"no {expect} folder"
 
 
+def launch(framework: str, processes: int, script: str, args: list[str], env: dict, pythonpath: list[str],
+           cwd: Path, timeout: float) -> tuple[str, int | str]:
+    """One run of ``script`` on ``processes`` CPU processes: under hpc (`hpc launch`) or Accelerate (`accelerate
+    launch`); its output and exit code ("timeout" when it ran out of time). Also scripts/hf_examples.py's."""
+    if framework == "hpc":
+        command = [sys.executable, "-m", "hpc", "launch", "--cpu", "--num_processes", str(processes), script, *args]
+    else:
+        # `accelerate launch --cpu --num_processes 2` starts ONE process on a machine without GPUs (its multi-CPU
+        # launch is mpirun with a hostfile); --multi_gpu starts torchrun's 2, and ACCELERATE_USE_CPU=1 makes each
+        # one join a gloo group as MULTI_CPU
+        command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
+                   str(processes), "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                   script, *args]
+    run_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(pythonpath), "OMP_NUM_THREADS": "1",
+               **({"ACCELERATE_USE_CPU": "1"} if framework == "accelerate" else {})}
+    try:
+        run = subprocess.run(command, cwd=cwd, env=run_env, capture_output=True, text=True, timeout=timeout)
+        return run.stdout + run.stderr, run.returncode
+    except subprocess.TimeoutExpired as expired:
+        output = (expired.stdout or b"").decode(errors="replace") + (expired.stderr or b"").decode(errors="replace")
+        return output, "timeout"
+
+
 def run_all(framework: str, root: Path, env: dict, processes: int, timeout: float, only: list[str] | None,
             pythonpath: list[str]) -> list[dict]:
     results, scratch = [], {}
@@ -225,24 +250,8 @@ def run_all(framework: str, root: Path, env: dict, processes: int, timeout: floa
             continue
         out = scratch.setdefault(script, Path(tempfile.mkdtemp(prefix="example-", dir=root)))
         args = [a.format(out=out, data=env["HUB_STAND_IN"]) for a in arguments]
-        if framework == "hpc":
-            command = [sys.executable, "-m", "hpc", "launch", "--cpu", "--num_processes", str(processes), script, *args]
-        else:
-            # `accelerate launch --cpu --num_processes 2` starts ONE process on a machine without GPUs (its multi-CPU
-            # launch is mpirun with a hostfile); --multi_gpu starts torchrun's 2, and ACCELERATE_USE_CPU=1 makes each
-            # one join a gloo group as MULTI_CPU
-            command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
-                       str(processes), "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                       script, *args]
-        run_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(pythonpath), "OMP_NUM_THREADS": "1",
-                   **({"ACCELERATE_USE_CPU": "1"} if framework == "accelerate" else {})}
         started = time.monotonic()
-        try:
-            run = subprocess.run(command, cwd=root, env=run_env, capture_output=True, text=True, timeout=timeout)
-            output, code = run.stdout + run.stderr, run.returncode
-        except subprocess.TimeoutExpired as expired:
-            output = (expired.stdout or b"").decode(errors="replace") + (expired.stderr or b"").decode(errors="replace")
-            code = "timeout"
+        output, code = launch(framework, processes, script, args, env, pythonpath, root, timeout)
         problem = f"exit {code}" if code != 0 else check(expect, out, output)
         errors = [line.strip() for line in output.splitlines() if re.search(r"(Error|Exception)\b", line)
                   and not line.lstrip().startswith("warnings.warn")]

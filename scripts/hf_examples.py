@@ -41,15 +41,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from accelerate_examples import launch, snapshot  # this folder is on sys.path when the script runs
 
 STAND_INS = Path(__file__).resolve().parent / "hf_stand_ins"
 # Only the image scripts get these: with any `torchvision` importable, transformers takes it for the real one.
@@ -185,17 +185,6 @@ def build_data(data: Path) -> None:
     for split, n in (("train", 24), ("validation", 8)):
         rows = {"image": [image(40) for _ in range(n)], "label": [image(40, "L", 3) for _ in range(n)]}
         datasets.Dataset.from_dict(rows, features=features).to_parquet(str(segmentation / f"{split}.parquet"))
-
-
-def snapshot(hub: Path, repo: str, kind: str = "models") -> Path:
-    """A folder in the offline Hub cache that `hf_hub_download(repo, ...)` finds with HF_HUB_OFFLINE=1."""
-    folder = hub / f"{kind}--{repo.replace('/', '--')}"
-    revision = "0" * 40
-    (folder / "refs").mkdir(parents=True)
-    (folder / "refs" / "main").write_text(revision)
-    path = folder / "snapshots" / revision
-    path.mkdir(parents=True)
-    return path
 
 
 def build_models(models: Path, hub: Path) -> None:
@@ -349,26 +338,9 @@ def run_all(framework: str, root: Path, env: dict, plan: list[tuple], processes:
     for name, label, folder, script, arguments, kind in plan:
         out = scratch.setdefault(name, Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root)))
         args = [a.format(out=out, data=env["STAND_IN_DATA"], models=env["STAND_IN_MODELS"]) for a in arguments]
-        if framework == "hpc":
-            command = [sys.executable, "-m", "hpc", "launch", "--cpu", "--num_processes", str(processes), script, *args]
-        else:
-            # `accelerate launch --cpu --num_processes 2` starts ONE process on a machine without GPUs (its multi-CPU
-            # launch is mpirun with a hostfile); --multi_gpu starts torchrun's 2, and ACCELERATE_USE_CPU=1 makes
-            # each one join a gloo group as MULTI_CPU.
-            command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes",
-                       str(processes), "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                       script, *args]
         path = [str(STAND_INS / "vision")] * (name in VISION) + pythonpath
-        run_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(path), "OMP_NUM_THREADS": "1",
-                   **({"ACCELERATE_USE_CPU": "1"} if framework == "accelerate" else {})}
         started = time.monotonic()
-        try:
-            run = subprocess.run(command, check=False, cwd=root / folder, env=run_env, capture_output=True, text=True,
-                                 timeout=timeout)
-            output, code = run.stdout + run.stderr, run.returncode
-        except subprocess.TimeoutExpired as expired:
-            output = (expired.stdout or b"").decode(errors="replace") + (expired.stderr or b"").decode(errors="replace")
-            code = "timeout"
+        output, code = launch(framework, processes, script, args, env, path, root / folder, timeout)
         problem = f"exit {code}" if code != 0 else check(kind, out, output) or ranks(output, processes)
         results.append({"script": name, "run": label, "ok": problem is None, "problem": problem,
                         "seconds": round(time.monotonic() - started, 1),

@@ -89,3 +89,17 @@ class Resumable:
         from submitit.helpers import DelayedSubmission
 
         return DelayedSubmission(self, x + 1, started)
+
+
+def local_script_process(job_dir: Path, timeout: float = 60):
+    """The running job.sh of a local job (under the recording wrapper and, with a limit, `timeout`)."""
+    import psutil
+
+    script, deadline = str(job_dir / "job.sh"), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in psutil.process_iter(["cmdline"]):
+            cmd = proc.info["cmdline"] or []
+            if len(cmd) == 2 and cmd[0].endswith("bash") and cmd[1] in (script, "job.sh"):
+                return proc
+        time.sleep(0.2)
+    raise AssertionError(f"no process runs {script}")

@@ -92,7 +92,7 @@ def test_the_warning_signal_before_an_accelerator_requeues_what_checkpoint_asks_
     import time
 
     from tests.jobhelpers import Resumable
-    from tests.test_checkpoint import _local_script_process
+    from tests.jobhelpers import local_script_process
 
     started = project / "started"
     job = hpc.submit(Resumable(), 0, str(started), profile="local", nproc_per_node=2)
@@ -100,6 +100,6 @@ def test_the_warning_signal_before_an_accelerator_requeues_what_checkpoint_asks_
     while not (project / "started0").exists() or not (project / "started1").exists():
         assert time.monotonic() < deadline and job.state() == "RUNNING", job.logs(rank=None)
         time.sleep(0.1)
-    _local_script_process(job.job_dir).send_signal(signal.SIGUSR1)
+    local_script_process(job.job_dir).send_signal(signal.SIGUSR1)
     assert job.results(timeout=120) == [{"x": 1, "restart": "1", "rank": "0"}, {"x": 1, "restart": "1", "rank": "1"}]
     assert "function stopped by USR1" in job.logs(rank=0)

@@ -15,7 +15,7 @@ import torch
 from hpc.runtime.checkpoint import fileset, manifest
 from hpc.runtime.checkpoint.fileset import FileSet
 from hpc.runtime.checkpoint.store import CheckpointStore
-from tests.jobhelpers import launch_env
+from tests.jobhelpers import launch_env, local_script_process
 
 HERE = Path(__file__).parent
 RESUME = HERE / "resume_worker.py"
@@ -237,20 +237,6 @@ def test_deepspeed_zero2_crash_and_resume_matches_the_straight_run_and_merges(tm
         assert torch.equal(merged[name], tensor.float()), name
 
 
-def _local_script_process(job_dir: Path, timeout: float = 60):
-    """The running job.sh of a local job (under the recording wrapper and, with a limit, `timeout`)."""
-    import psutil
-
-    script, deadline = str(job_dir / "job.sh"), time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in psutil.process_iter(["cmdline"]):
-            cmd = proc.info["cmdline"] or []
-            if len(cmd) == 2 and cmd[0].endswith("bash") and cmd[1] in (script, "job.sh"):
-                return proc
-        time.sleep(0.2)
-    raise AssertionError(f"no process runs {script}")
-
-
 def test_the_local_profile_requeues_by_starting_its_processes_again(tmp_path):
     """The warning signal on the local profile: checkpoint at the step boundary, the script runs the ranks
     again (HPC_RESTART_COUNT=1), they resume; the same losses and weights as a straight run."""
@@ -263,7 +249,7 @@ def test_the_local_profile_requeues_by_starting_its_processes_again(tmp_path):
     _launch(tmp_path, {**spec, "project": str(tmp_path / "a"), "out": str(tmp_path / "a.pt")}, nproc=2)
     run = {**spec, "sleep": 0.3, "project": str(tmp_path / "b"), "out": str(tmp_path / "b.pt")}
     info = submit(tmp_path, "-p", "local", "--nproc", "2", "resume_worker.py", "--", json.dumps(run))
-    script = _local_script_process(Path(info["job_dir"]))
+    script = local_script_process(Path(info["job_dir"]))
     progress, deadline = tmp_path / "b" / "progress", time.monotonic() + 120
     while not (progress.exists() and int(progress.read_text() or 0) >= 5):
         assert time.monotonic() < deadline and not (tmp_path / "b.pt").exists(), "it ended before the signal"

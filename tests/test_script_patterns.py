@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.jobhelpers import hpc, launch_env, submit
-from tests.test_checkpoint import _local_script_process
+from tests.jobhelpers import hpc, launch_env, local_script_process, submit
 
 SHAPE = Path(__file__).resolve().parent / "no_trainer_shape.py"
 # 50 samples, 3 per rank and batch, 2 ranks: 9 batches per epoch; 2 accumulation steps: the epoch's end closes a
@@ -98,7 +97,7 @@ def test_the_warning_signal_stops_a_self_resuming_script_and_its_next_attempt_re
                   "--step_sleep", "0.3")
     job_dir = Path(info["job_dir"])
     _wait_for_lines(tmp_path / "out" / "seen-rank0.jsonl", 7)  # into step 4: step_2 saved, step_4 not yet
-    _local_script_process(job_dir).send_signal(signal.SIGUSR1)
+    local_script_process(job_dir).send_signal(signal.SIGUSR1)
     assert hpc(tmp_path, "wait", info["job_id"], timeout=240).returncode == 0
     logs = hpc(tmp_path, "logs", "--all", info["job_id"], check=True).stdout
     saved = [line for line in logs.splitlines() if "stop requested (USR1): saved" in line]

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from hpc.version import ACCELERATE_API_VERSION, HPC_VERSION
+from hpc import ACCELERATE_API_VERSION, HPC_VERSION
 from hpc.errors import EXIT_USER_ERROR, HpcError
 
 # name -> (module, attribute, one-line help shown by `hpc --help` without importing the module)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from hpc.version import ACCELERATE_API_VERSION, HPC_VERSION
+from hpc import ACCELERATE_API_VERSION, HPC_VERSION
 from hpc.cli.output import echo_json, table
 
 _PACKAGES = ("torch", "deepspeed", "submitit", "jinja2", "click", "pyyaml", "psutil")

@@ -798,11 +798,7 @@ class Accelerator:
         rank 0's path (scripts often name one per rank: tempfile.TemporaryDirectory() on each). Replicated state
         is saved and loaded by each rank alone, with no collective (save_state may run on the main process only):
         each rank's own folder, where rank 0's holds the shared state (checkpointer.choose)."""
-        if self.checkpointer.alone or not self._process.distributed:
-            return Path(path)
-        box = [str(path)]
-        dist.broadcast_object_list(box, src=0)
-        return Path(box[0])
+        return Path(path if self.checkpointer.alone else self._broadcast_object(str(path)))
 
     def _step_completed(self) -> None:
         """One optimizer step (an accumulation window) has ended (TrainingState counted it)."""

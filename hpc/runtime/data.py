@@ -24,7 +24,7 @@ from hpc.runtime.data_plan import MapPlan
 from hpc.runtime.data_readers import MapReader, StreamReader
 from hpc.runtime.data_shards import Layout
 from hpc.runtime.gradient_state import GradientState
-from hpc.runtime.nest import honor_type
+from hpc.runtime.nest import honor_type, is_dataclass_instance, map_fields
 from hpc.runtime.training_state import TrainingState
 
 
@@ -260,8 +260,6 @@ def send_to_device(batch, device, non_blocking: bool = False, skip_keys=None):
                             for k, v in batch.items()})
     if isinstance(batch, (list, tuple)):
         return honor_type(batch, (send_to_device(v, device, non_blocking, skip_keys) for v in batch))
-    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        return dataclasses.replace(batch, **{f.name: send_to_device(getattr(batch, f.name), device, non_blocking,
-                                                                    skip_keys)
-                                             for f in dataclasses.fields(batch) if f.init})
+    if is_dataclass_instance(batch):
+        return map_fields(batch, lambda value: send_to_device(value, device, non_blocking, skip_keys))
     return batch

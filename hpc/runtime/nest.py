@@ -29,8 +29,13 @@ def honor_type(obj, generator):
     return type(obj)(*list(generator)) if is_namedtuple(obj) else type(obj)(generator)
 
 
-def _is_plain_dataclass(data) -> bool:
+def is_dataclass_instance(data) -> bool:
     return dataclasses.is_dataclass(data) and not isinstance(data, type)
+
+
+def map_fields(obj, fn):
+    """A dataclass instance rebuilt with ``fn`` applied to each field its constructor takes."""
+    return dataclasses.replace(obj, **{f.name: fn(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init})
 
 
 def recursively_apply(func, data, *args, test_type=is_torch_tensor, error_on_other_type: bool = False, **kwargs):
@@ -44,9 +49,8 @@ def recursively_apply(func, data, *args, test_type=is_torch_tensor, error_on_oth
             return type(item)({k: walk(v, strict) for k, v in item.items()})
         if test_type(item):
             return func(item, *args, **kwargs)
-        if _is_plain_dataclass(item):  # its other fields (a name, a flag) are its own, kept as they are
-            walked = {f.name: walk(getattr(item, f.name), False) for f in dataclasses.fields(item) if f.init}
-            return dataclasses.replace(item, **walked)
+        if is_dataclass_instance(item):  # its other fields (a name, a flag) are its own, kept as they are
+            return map_fields(item, lambda value: walk(value, False))
         if strict:
             name = getattr(func, "__name__", "this operation").lstrip("_")
             raise HpcError(f"{name} got a {type(item).__name__}: it takes tensors, or lists, tuples, dicts and "
@@ -65,7 +69,7 @@ def all_tensors(data) -> bool:
         return bool(data) and all(all_tensors(v) for v in data.values())
     if isinstance(data, (list, tuple)):
         return bool(data) and all(all_tensors(v) for v in data)
-    if _is_plain_dataclass(data):
+    if is_dataclass_instance(data):
         values = [getattr(data, f.name) for f in dataclasses.fields(data)]
         return bool(values) and all(all_tensors(v) for v in values)
     return False

@@ -121,9 +121,8 @@ class Checkpointer:
             if not self.alone:
                 self._barrier()
                 return folder
-            part = fileset.read_part(folder, self.rank) if self.rank != 0 else {}
-            point = {"step": meta.get("step", 0), "micro_step": meta.get("micro_step", 0)}
-            if self.rank == 0 or (part is not None and all(part.get(k) == v for k, v in point.items())):
+            part = fileset.read_part(folder, self.rank) if self.rank != 0 else None
+            if self.rank == 0 or (part is not None and fileset.point(part) == fileset.point(meta)):
                 return folder  # this very step, saved again after a resume; else this rank's part is missing
         if self.alone:
             return self._save_alone(folder, committed, meta, async_save, purge, before_write)
@@ -157,11 +156,11 @@ class Checkpointer:
         """A replicated save with no collective: rank 0 writes the whole state and commits it, any other rank that
         calls writes its own part. Nobody waits for anybody; a rank that loads right after saving waits for rank
         0's commit of the same point (choose)."""
-        point = {"step": meta.get("step", 0), "micro_step": meta.get("micro_step", 0)}
+        at = fileset.point(meta)
         work = _beside(folder, "saving") if committed and self.rank == 0 else folder
-        self._saved_points.add((point["step"], point["micro_step"]))
+        self._saved_points.add(at)
         if self.rank == 0:
-            notices.announce(point["step"], point["micro_step"], folder.absolute())
+            notices.announce(at, folder.absolute())
             notices.saving(True)  # the others train on and wait for rank 0 in their next collective
             if work != folder and work.exists():  # left by a replacement that was cut short
                 shutil.rmtree(work)
@@ -174,13 +173,13 @@ class Checkpointer:
                 files.save(name, obj)
             staged.write(work, files)
             if self.rank != 0:
-                fileset.publish_part(work, self.rank, files.sums, point, fsync=self.fsync)
+                fileset.publish_part(work, self.rank, files.sums, at, fsync=self.fsync)
                 return
             try:
                 manifest.commit(work, fileset.collect_alone(work, files.sums),
                                 {"world_size": self.world, "format": self.format.name, **meta}, fsync=self.fsync)
                 if work != folder:
-                    _swap_in(work, folder, point)
+                    _swap_in(work, folder, at)
             finally:
                 notices.saving(False)
             if purge and folder.parent == self.store.root:
@@ -283,17 +282,16 @@ class Checkpointer:
         part = fileset.read_part(folder, self.rank) if self.alone and self.rank != 0 else None
         if part is None:
             return folder
-        point = (part.get("step"), part.get("micro_step"))
+        at = fileset.point(part)
         data = manifest.read(folder)
-        if point not in self._saved_points or (
-                data is not None and (data.get("step"), data.get("micro_step")) == point):
+        if at not in self._saved_points or (data is not None and fileset.point(data) == at):
             return folder  # committed already, or a part of another process's (one resuming never waits)
-        shared = notices.where(*point, timeout_s=ANNOUNCE_TIMEOUT_S)
+        shared = notices.where(at, timeout_s=ANNOUNCE_TIMEOUT_S)
         source = Path(shared) if shared else folder
         deadline = time.monotonic() + COMMIT_TIMEOUT_S
         while True:
             data = manifest.read(source)
-            if data is not None and (data.get("step"), data.get("micro_step")) == point:
+            if data is not None and fileset.point(data) == at:
                 return source
             if shared is None or time.monotonic() > deadline:  # rank 0 never saved this point: what is there
                 return source
@@ -333,7 +331,7 @@ class Checkpointer:
         part = fileset.read_part(folder, self.rank) if folder is not None else None
         if part is None:
             why = "none was saved (save_state ran on the main process only)"
-        elif (part.get("step"), part.get("micro_step")) != (data.get("step"), data.get("micro_step")):
+        elif fileset.point(part) != fileset.point(data):
             why = f"its part belongs to step {part.get('step')}, the checkpoint to step {data.get('step')}"
         else:
             why = manifest.verify(folder, part["files"])
@@ -374,9 +372,9 @@ def _beside(folder: Path, what: str) -> Path:
     return folder.with_name(f".{folder.name}.{what}")
 
 
-def _swap_in(new: Path, folder: Path, point: dict | None = None) -> None:
+def _swap_in(new: Path, folder: Path, at: tuple[int, int] | None = None) -> None:
     """The committed ``new`` takes ``folder``'s place; the old one is deleted only once it is out of the way.
-    ``point``: a replicated save's, whose other ranks wrote their parts into the old folder."""
+    ``at``: a replicated save's point of training, whose other ranks wrote their parts into the old folder."""
     old = _beside(folder, "replaced")
     if old.exists():
         shutil.rmtree(old)
@@ -387,8 +385,9 @@ def _swap_in(new: Path, folder: Path, point: dict | None = None) -> None:
         stray = _beside(folder, f"stray{os.getpid()}")
         folder.rename(stray)
         new.rename(folder)
-        fileset.move_parts(stray, folder, point or {})
+        if at is not None:
+            fileset.move_parts(stray, folder, at)
         shutil.rmtree(stray, ignore_errors=True)
-    if point is not None:
-        fileset.move_parts(old, folder, point)
+    if at is not None:
+        fileset.move_parts(old, folder, at)
     shutil.rmtree(old, ignore_errors=True)

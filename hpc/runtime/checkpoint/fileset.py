@@ -77,12 +77,18 @@ _PART = re.compile(r"^\.rank(\d+)\.json$")
 _RANK_FILE = re.compile(r"^(?:rng|loaders)/rank(\d+)\.pt$")
 
 
+def point(record: dict) -> tuple[int, int]:
+    """The point of training a record (the save's meta, a manifest, a part) belongs to: (step, micro_step)."""
+    return int(record.get("step", 0)), int(record.get("micro_step", 0))
+
+
 def part_name(rank: int) -> str:
     return f".rank{rank}.json"
 
 
-def publish_part(folder: Path, rank: int, sums: dict[str, dict], point: dict, fsync: bool = False) -> None:
-    manifest.write_json_atomic(folder / part_name(rank), {"files": sums, **point}, fsync=fsync)
+def publish_part(folder: Path, rank: int, sums: dict[str, dict], at: tuple[int, int], fsync: bool = False) -> None:
+    manifest.write_json_atomic(folder / part_name(rank), {"files": sums, "step": at[0], "micro_step": at[1]},
+                               fsync=fsync)
 
 
 def read_part(folder: Path, rank: int) -> dict | None:
@@ -114,7 +120,7 @@ def collect_alone(folder: Path, sums: dict[str, dict]) -> dict[str, dict]:
     return files
 
 
-def move_parts(old: Path, new: Path, point: dict) -> None:
+def move_parts(old: Path, new: Path, at: tuple[int, int]) -> None:
     """The other ranks' parts of this save, written into the folder a replacement has just moved aside, follow
     the new folder. Best effort: a part lost to the race is a one-line note when it is loaded."""
     for path in sorted(old.glob(".rank*.json")):
@@ -122,7 +128,7 @@ def move_parts(old: Path, new: Path, point: dict) -> None:
         if not m or m.group(1) == "0" or (new / path.name).exists():
             continue
         part = read_part(old, int(m.group(1)))
-        if part is None or any(part.get(k) != v for k, v in point.items()):
+        if part is None or point(part) != at:
             continue
         try:
             for name in part["files"]:

@@ -8,9 +8,12 @@ to the store's server, never a collective: ranks that do not ask are not waited 
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import torch.distributed as dist
+
+from hpc.errors import HpcError
 
 
 def _store():
@@ -22,27 +25,27 @@ def _store():
         return None
 
 
-def _key(step: int, micro_step: int) -> str:
-    return f"hpc/checkpoint/{int(step)}:{int(micro_step)}"
+def _key(at: tuple[int, int]) -> str:
+    return f"hpc/checkpoint/{at[0]}:{at[1]}"
 
 
-def announce(step: int, micro_step: int, folder) -> None:
-    """Rank 0: at this point of training, the shared state goes to ``folder``."""
+def announce(at: tuple[int, int], folder) -> None:
+    """Rank 0: at this point of training (step, micro_step), the shared state goes to ``folder``."""
     store = _store()
     if store is not None:
-        store.set(_key(step, micro_step), str(folder))
+        store.set(_key(at), str(folder))
 
 
-def where(step: int, micro_step: int, timeout_s: float) -> str | None:
+def where(at: tuple[int, int], timeout_s: float) -> str | None:
     """The folder rank 0 saved in at this point (waiting up to ``timeout_s`` for it to say), or None."""
     store = _store()
     if store is None:
         return None
     try:
-        store.wait([_key(step, micro_step)], timedelta(seconds=timeout_s))
+        store.wait([_key(at)], timedelta(seconds=timeout_s))
     except RuntimeError:  # DistStoreError on a timeout: rank 0 never saved at this point
         return None
-    return store.get(_key(step, micro_step)).decode()
+    return store.get(_key(at)).decode()
 
 
 _SAVING = "hpc/checkpoint/saving"
@@ -74,10 +77,6 @@ class Arrivals:
         self._calls: dict[str, int] = {}
 
     def wait(self, what: str, fix: str) -> None:
-        import time
-
-        from hpc.errors import HpcError
-
         store = _store()
         if store is None or self.world <= 1:
             return
