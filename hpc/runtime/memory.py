@@ -12,8 +12,8 @@ import warnings
 import torch
 
 
-def _storages() -> dict[int, int]:
-    found: dict[int, int] = {}
+def _storages() -> dict[int, torch.UntypedStorage]:
+    found: dict[int, torch.UntypedStorage] = {}
 
     def add(t: torch.Tensor) -> None:
         local = getattr(t, "_local_tensor", None)  # a DTensor: its shard on this rank
@@ -26,7 +26,9 @@ def _storages() -> dict[int, int]:
         except (RuntimeError, NotImplementedError):  # wrapper subclasses without storage of their own
             return
         if storage.nbytes():
-            found[storage.data_ptr()] = max(found.get(storage.data_ptr(), 0), storage.nbytes())
+            seen = found.get(storage.data_ptr())
+            if seen is None or storage.nbytes() > seen.nbytes():
+                found[storage.data_ptr()] = storage
 
     with warnings.catch_warnings():  # isinstance() on every live object wakes deprecated lazy modules
         warnings.simplefilter("ignore")
@@ -38,12 +40,27 @@ def _storages() -> dict[int, int]:
     return found
 
 
-def snapshot() -> dict[int, int]:
-    """Every live tensor storage (address -> bytes) now."""
-    gc.collect()
-    return _storages()
+class Snapshot:
+    """The storages alive at one moment, kept alive by it: an address freed later and handed to a new tensor
+    would otherwise pass that tensor off as old and undercount what a strategy holds (seen as a flaky
+    comparison between two runs in one process)."""
+
+    def __init__(self) -> None:
+        gc.collect()
+        self._storages = _storages()
+
+    def __contains__(self, ptr: int) -> bool:
+        return ptr in self._storages
+
+    def bytes_not_in(self, earlier: Snapshot) -> int:
+        return sum(s.nbytes() for ptr, s in self._storages.items() if ptr not in earlier)
 
 
-def held_since(before: dict[int, int]) -> int:
-    """Bytes in storages that are alive now and were not in ``before``."""
-    return sum(n for ptr, n in snapshot().items() if ptr not in before)
+def snapshot() -> Snapshot:
+    """Every live tensor storage now, pinned until the snapshot is dropped."""
+    return Snapshot()
+
+
+def held_since(before: Snapshot) -> int:
+    """Bytes in storages that are alive now and were not alive at ``before``."""
+    return snapshot().bytes_not_in(before)
