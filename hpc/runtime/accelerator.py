@@ -322,14 +322,15 @@ class Accelerator:
     @property
     def completed_steps(self) -> int:
         """Optimizer steps taken (accumulation windows closed). With auto_resume, before the resume has happened
-        it is the step of the newest committed checkpoint, so `while accelerator.completed_steps < total:` starts
-        where the last run stopped. Reading it runs no collective (a property may be read on one rank only); the
-        resume itself happens at the next call every rank makes: iterating a prepared loader, accumulate(),
-        backward(), gather(), reduce(), wait_for_everyone(), save_state(), get_state_dict(),
-        save_model()."""
+        it is the step of the newest checkpoint that verifies (the one the resume will load), so `while
+        accelerator.completed_steps < total:` starts where the last run stopped, never at a damaged checkpoint.
+        Reading it runs no collective (a property may be read on one rank only): the rank verifies the
+        checkpoint alone, as every rank reading it does, to the same answer (Checkpointer.newest_good_step).
+        The resume itself happens at the next call every rank makes: iterating a prepared loader, accumulate(),
+        backward(), gather(), reduce(), wait_for_everyone(), save_state(), get_state_dict(), save_model()."""
         if self._auto_resume_pending:
-            newest = CheckpointStore(self.checkpoint_dir, self._checkpoint_keep).committed()
-            return newest[0].step if newest else self.training.completed_steps
+            newest = self.checkpointer.newest_good_step()
+            return newest if newest is not None else self.training.completed_steps
         return self.training.completed_steps
 
     @property
@@ -974,14 +975,16 @@ class Accelerator:
         ``save_function`` transformers' save_pretrained takes."""
         if not self.is_main_process:
             return
-        tmp = Path(f).with_name(f".{Path(f).name}.tmp{os.getpid()}")
-        if safe_serialization:
-            from safetensors.torch import save_file
+        from hpc.runtime.checkpoint import private_temp
 
-            save_file({k: v.detach().cpu().contiguous() for k, v in obj.items()}, str(tmp), metadata={"format": "pt"})
-        else:
-            torch.save(obj, tmp)
-        os.replace(tmp, f)
+        with private_temp.writing(Path(f)) as tmp:
+            if safe_serialization:
+                from safetensors.torch import save_file
+
+                save_file({k: v.detach().cpu().contiguous() for k, v in obj.items()}, str(tmp),
+                          metadata={"format": "pt"})
+            else:
+                torch.save(obj, tmp)
 
     def free_memory(self, *objects):
         """Drop every reference the Accelerator holds (models, optimizers, schedulers, loaders) and the given

@@ -2,8 +2,9 @@
 
 What `save_model` writes: one file up to ``max_shard_size``, else ``model-00001-of-0000N.safetensors`` and
 ``model.safetensors.index.json`` (``pytorch_model*.bin`` without safe serialization). Every file is written
-under a temporary name and renamed into place, the index last, and shards of an earlier save that the new one
-does not use are removed, so a folder never mixes two saves' shards.
+in a private temporary folder (private_temp.py: no name another user could plant a link at) and renamed into
+place, the index last, and shards of an earlier save that the new one does not use are removed, so a folder
+never mixes two saves' shards.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import torch
 
 from hpc.errors import HpcError
+from hpc.runtime.checkpoint import private_temp
 
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
@@ -73,29 +75,29 @@ def write(state: dict, folder: str | os.PathLike, max_shard_size: int | str = "1
     shards = _shards(state, limit)
     names = [f"{stem}{suffix}"] if len(shards) == 1 else [
         f"{stem}-{i + 1:05d}-of-{len(shards):05d}{suffix}" for i in range(len(shards))]
-    temps = [folder / f".{name}.tmp{os.getpid()}" for name in names]
-    for tmp, shard in zip(temps, shards):
-        if safe_serialization:
-            from safetensors.torch import save_file
+    with private_temp.folder(folder, stem) as private:
+        for name, shard in zip(names, shards):
+            if safe_serialization:
+                from safetensors.torch import save_file
 
-            save_file(shard, str(tmp), metadata={"format": "pt"})
-        else:
-            torch.save(shard, tmp)
-    # the earlier save stops being loadable before its files are replaced one by one: a crash in between leaves
-    # no index and no single file to take a mix of two saves for a model
-    index = folder / f"{stem}{suffix}.index.json"
-    for old in (index, folder / f"{stem}{suffix}"):
-        if old.exists():
-            old.unlink()
-    for tmp, name in zip(temps, names):
-        os.replace(tmp, folder / name)
-    if len(shards) > 1:
-        weight_map = {key: name for name, shard in zip(names, shards) for key in shard}
-        total = sum(t.numel() * t.element_size() for t in state.values())
-        tmp = index.with_name(f".{index.name}.tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n")
-        os.replace(tmp, index)
-        names.append(index.name)
+                save_file(shard, str(private / name), metadata={"format": "pt"})
+            else:
+                torch.save(shard, private / name)
+        # the earlier save stops being loadable before its files are replaced one by one: a crash in between
+        # leaves no index and no single file to take a mix of two saves for a model
+        index = folder / f"{stem}{suffix}.index.json"
+        for old in (index, folder / f"{stem}{suffix}"):
+            if old.exists():
+                old.unlink()
+        for name in names:
+            os.replace(private / name, folder / name)
+        if len(shards) > 1:
+            weight_map = {key: name for name, shard in zip(names, shards) for key in shard}
+            total = sum(t.numel() * t.element_size() for t in state.values())
+            (private / index.name).write_text(
+                json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2) + "\n")
+            os.replace(private / index.name, index)
+            names.append(index.name)
     stale = re.compile(rf"^{re.escape(stem)}(-\d{{5}}-of-\d{{5}})?{re.escape(suffix)}$")
     for old in folder.iterdir():
         if stale.match(old.name) and old.name not in names:

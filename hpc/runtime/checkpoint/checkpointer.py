@@ -5,58 +5,33 @@ checksums; rank 0 merges them into the manifest and renames it into place last. 
 DDP) is saved by each rank alone, with no collective, as Accelerate does (scripts call save_state inside
 `if accelerator.is_main_process:`): rank 0 writes and commits the whole state, every other rank its own part
 (its RNG) beside it (fileset.py). Nothing reads a folder without a manifest, and nothing loads a file whose
-size or checksum differs from it: the newest good checkpoint is used, with a one-line note for each one
-skipped.
+size or checksum differs from it (nor one whose manifest is malformed): the newest good checkpoint is used,
+with a one-line note for each one skipped. A damaged step folder is saved again when training reaches its step,
+and does not count among the checkpoints kept. Nothing is unpickled (safe_load.py).
 """
 
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import sys
 import threading
 import time
 from pathlib import Path
 
-import torch
-
 from hpc.errors import HpcError
 from hpc.runtime import ops
-from hpc.runtime.checkpoint import fileset, manifest, notices
+from hpc.runtime.checkpoint import fileset, manifest, notices, safe_load
 from hpc.runtime.checkpoint.fileset import FileSet
 from hpc.runtime.checkpoint.formats import StagingBuffers
 from hpc.runtime.checkpoint.store import CheckpointStore
+from hpc.runtime.seed import old_numpy_globals, rng_state, set_rng_state
 
 COMMIT_TIMEOUT_S = 1800.0  # how long rank 0 waits for the other ranks' files before giving the save up
 # how long a rank waits for the others to enter a sharded save or load before it names the script's mistake
 ARRIVAL_TIMEOUT_S = 600.0
 # how long a rank that saved its part waits for rank 0 to say where it saved the same point (a replicated save)
 ANNOUNCE_TIMEOUT_S = 120.0
-
-
-def rng_state() -> dict:
-    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
-    try:
-        import numpy
-
-        state["numpy"] = numpy.random.get_state()
-    except ImportError:
-        pass
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    torch.set_rng_state(state["torch"])
-    if "numpy" in state:
-        import numpy
-
-        numpy.random.set_state(state["numpy"])
-    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 class Checkpointer:
@@ -70,12 +45,35 @@ class Checkpointer:
         self._own_part_folder: Path | None = None  # where the checkpoint being loaded keeps this rank's part
         self._arrivals = notices.Arrivals(accelerator.num_processes, arrival_timeout_s)
         self._saved_points: set[tuple] = set()  # (step, micro_step) this process saved a part of (replicated)
+        # what this process knows of the store's folders, alike on every rank (choose and sharded saves run
+        # together): damaged (why), or verified or written here; a damaged one is saved again, never kept
+        self._damaged: dict[Path, str] = {}
+        self._good: set[Path] = set()
+        # what this rank found reading every file of a folder alone (newest_good_step): reused by choose
+        self._read_alone: dict[Path, str | None] = {}
+        self._newest_good: tuple[int | None] | None = None
 
     def committed_step(self, folder: Path) -> int | None:
         """The step of the checkpoint committed in ``folder`` (after this rank's own save in flight), or None."""
         self.wait()
         data = manifest.read(Path(folder))
-        return int(data["step"]) if data is not None and "step" in data else None
+        if data is None or "step" not in data or manifest.malformed(data):
+            return None
+        return int(data["step"])
+
+    def newest_good_step(self) -> int | None:
+        """The step of the newest committed checkpoint that verifies (what a resume would load), or None; found by
+        this rank alone, with no collective (a property may be read on one rank only): each rank that asks
+        reads every file itself, so ranks agree, and the answer is kept (choose does not read them again)."""
+        if self._newest_good is None:
+            def skipped(entry, problem: str) -> None:
+                self._read_alone[entry.path] = problem
+
+            good = self.store.newest_good(skipped)
+            if good is not None:
+                self._read_alone[good.path] = None
+            self._newest_good = (good.step if good is not None else None,)
+        return self._newest_good[0]
 
     def arrive(self, what: str) -> None:
         """Sharded state: wait for every rank to enter this save or load (a clear error if one never does)."""
@@ -110,20 +108,16 @@ class Checkpointer:
     def save(self, folder: Path, meta: dict, async_save: bool = False, purge: bool = True,
              before_write=None) -> Path:
         """Write the training state into ``folder`` and commit it. A step folder of the store that is already
-        committed holds this very state (the same step, saved again after a resume) and is kept. Any other
-        committed folder (a script's save_state("latest"), called again) is replaced whole: the new state is
-        written beside it and swapped in once committed, so a crash mid-save leaves the old one loadable.
+        committed and verifies holds this very state (the same step, saved again after a resume) and is kept.
+        Any other committed folder (a damaged step folder, a script's save_state("latest") called again) is
+        replaced whole: the new state is written beside it and swapped in once committed, so a crash mid-save
+        leaves the old one in place (a damaged one is never taken for good: it does not verify).
         ``before_write(work_folder)`` runs on every rank once the folder exists (save_state's pre-hooks)."""
         self.wait()  # one save in flight: the next waits for the previous to commit
         folder = Path(folder)
         committed = manifest.read(folder) is not None
-        if committed and folder.parent == self.store.root:
-            if not self.alone:
-                self._barrier()
-                return folder
-            part = fileset.read_part(folder, self.rank) if self.rank != 0 else None
-            if self.rank == 0 or (part is not None and fileset.point(part) == fileset.point(meta)):
-                return folder  # this very step, saved again after a resume; else this rank's part is missing
+        if committed and folder.parent == self.store.root and self._saved_already(folder, meta):
+            return folder
         if self.alone:
             return self._save_alone(folder, committed, meta, async_save, purge, before_write)
         work = _beside(folder, "saving") if committed else folder
@@ -142,14 +136,58 @@ class Checkpointer:
             staged.write(work, files)
             files.finish()
             if self.rank == 0:
-                self._commit(work, meta, purge)
+                self._commit(work, meta)
                 if work != folder:
                     _swap_in(work, folder)
+                if purge and folder.parent == self.store.root:
+                    self._purge()
 
         self._run(job, background)
         if not background:
             self._barrier()  # every rank returns once the checkpoint is committed
+        self._written(folder)
         return folder
+
+    def _saved_already(self, folder: Path, meta: dict) -> bool:
+        """A committed step folder of the store, saved again at its step (after a resume): whether it stands as
+        it is. Sharded: all ranks decide together. Replicated: rank 0 for the shared state, each other rank for
+        its own part."""
+        if not self.alone:
+            good = self._verified(folder)  # a collective when unknown: every rank is in this save
+            if good:
+                self._barrier()
+            return good
+        if self.rank == 0:
+            return self._verified(folder)
+        part = fileset.read_part(folder, self.rank)
+        # this very step, saved again after a resume; else this rank's part is missing, stale or damaged
+        return (folder not in self._damaged and part is not None and fileset.point(part) == fileset.point(meta)
+                and manifest.verify(folder, part["files"]) is None)
+
+    def _verified(self, folder: Path) -> bool:
+        if folder in self._damaged:
+            return False
+        if folder not in self._good:
+            self._judge(folder, self._damage(folder))
+        return folder in self._good
+
+    def _judge(self, folder: Path, problem: str | None) -> None:
+        if problem:
+            self._damaged[folder] = problem
+            self._good.discard(folder)
+        else:
+            self._good.add(folder)
+            self._damaged.pop(folder, None)
+
+    def _written(self, folder: Path) -> None:
+        """This process (every rank of a sharded save) has just written ``folder`` whole."""
+        if folder.parent == self.store.root:
+            self._judge(folder, None)
+
+    def _purge(self) -> None:
+        # the folders found damaged are not among the kept: the newest may be damaged too, and one before it
+        # must be good
+        self.store.purge(background=True, damaged=frozenset(self._damaged))
 
     def _save_alone(self, folder: Path, committed: bool, meta: dict, async_save: bool, purge: bool,
                     before_write) -> Path:
@@ -183,9 +221,11 @@ class Checkpointer:
             finally:
                 notices.saving(False)
             if purge and folder.parent == self.store.root:
-                self.store.purge(background=True)
+                self._purge()
 
         self._run(job, async_save and staged.background_ok)
+        if self.rank == 0:
+            self._written(folder)
         return folder
 
     def _stage(self, work: Path, async_save: bool, before_write) -> tuple:
@@ -233,7 +273,7 @@ class Checkpointer:
                 out[f"custom_{i}.pt"] = obj.state_dict()
         return buffers.copy(out, "extras") if buffers is not None else out
 
-    def _commit(self, folder: Path, meta: dict, purge: bool) -> None:
+    def _commit(self, folder: Path, meta: dict) -> None:
         deadline = time.monotonic() + COMMIT_TIMEOUT_S
         while (files := fileset.collect(folder, self.world)) is None:
             if time.monotonic() > deadline:
@@ -243,8 +283,6 @@ class Checkpointer:
         manifest.commit(folder, files, {"world_size": self.world, "format": self.format.name, **meta},
                         fsync=self.fsync)
         fileset.clear_sums(folder, self.world)
-        if purge and folder.parent == self.store.root:
-            self.store.purge(background=True)
 
     # --- loading ------------------------------------------------------------------------------------
     def _settle(self, folder: Path) -> None:
@@ -266,11 +304,15 @@ class Checkpointer:
         on every rank. Replicated, one folder named: each rank checks every file it will read, alone."""
         alone = self.alone and not together
         data = manifest.read(folder)
-        if data is None:
+        if together and folder in self._read_alone:  # this rank has read every file already
+            mine = self._read_alone.pop(folder)
+        elif data is None:
             mine = f"{folder}: no {manifest.NAME} (the save never finished)"
         else:
-            names = sorted(data["files"]) if alone else sorted(data["files"])[self.rank::self.world]
-            mine = manifest.verify(folder, data["files"], names)
+            mine = manifest.malformed(data, folder)
+            if mine is None:
+                names = sorted(data["files"]) if alone else sorted(data["files"])[self.rank::self.world]
+                mine = manifest.verify(folder, data["files"], names)
         if alone:
             return mine
         problems = [p for p in self._all_gather(mine) if p]
@@ -315,6 +357,7 @@ class Checkpointer:
         candidates = self._all_gather([e.path for e in self.store.committed()] if self.rank == 0 else None)[0]
         for path in candidates:
             problem = self._damage(path, together=True)
+            self._judge(path, problem)
             if not problem:
                 self._own_part_folder = path
                 return path
@@ -348,24 +391,41 @@ class Checkpointer:
         if data.get("format") != self.format.name:
             raise HpcError(f"{folder} holds a '{data.get('format')}' checkpoint; this job saves '{self.format.name}'",
                            fix="load it with the strategy that wrote it, or convert it with `hpc merge-weights`")
-        self.format.load(folder, acc.training.models, acc.training.optimizers)
-        device = acc.device
-        for i, sched in enumerate(acc.training.schedulers):
-            sched.load_state_dict(torch.load(folder / f"scheduler_{i}.pt", weights_only=False))
-        if acc.precision.scaler is not None and (folder / "scaler.pt").exists():
-            acc.precision.scaler.load_state_dict(torch.load(folder / "scaler.pt", weights_only=False))
-        for i, obj in enumerate(acc.training.custom_objects):
-            obj.load_state_dict(torch.load(folder / f"custom_{i}.pt", map_location=device, weights_only=False))
+        # every file is read before any state changes: a refused one leaves the training state as it was
         mine = folder if not self.alone or self.rank == 0 else self._own_part(data)
-        readers = mine / f"loaders/rank{self.rank}.pt" if mine is not None else None
-        if readers is not None and readers.exists():  # loaders' epoch and position come with the meta (_restore); streams' state here
-            for loader, reader in zip(acc.training.loaders, torch.load(readers, weights_only=False)):
-                if reader is not None:
-                    loader.load_state_dict({**loader.state_dict(), "reader": reader})
-        rng = mine / f"rng/rank{self.rank}.pt" if mine is not None else None
-        if rng is not None and rng.exists():  # a job resumed at another world size keeps the fresh streams of its new ranks
-            set_rng_state(torch.load(rng, weights_only=False))
+        extras = self._read_extras(folder, mine)
+        self.format.load(folder, acc.training.models, acc.training.optimizers)
+        for sched, state in zip(acc.training.schedulers, extras["schedulers"]):
+            sched.load_state_dict(state)
+        if extras.get("scaler") is not None:
+            acc.precision.scaler.load_state_dict(extras["scaler"])
+        for obj, state in zip(acc.training.custom_objects, extras["custom"]):
+            obj.load_state_dict(state)
+        # loaders' epoch and position come with the meta (_restore); streams' state here
+        for loader, reader in zip(acc.training.loaders, extras.get("readers") or []):
+            if reader is not None:
+                loader.load_state_dict({**loader.state_dict(), "reader": reader})
+        if extras.get("rng") is not None:  # a job resumed at another world size keeps its new ranks' fresh streams
+            set_rng_state(extras["rng"])
         return data
+
+    def _read_extras(self, folder: Path, mine: Path | None) -> dict:
+        """The schedulers', scaler's, registered objects', stream readers' and RNG state, as tensors and plain
+        data only (safe_load)."""
+        acc = self.acc
+        out: dict = {"schedulers": [safe_load.load(folder / f"scheduler_{i}.pt")
+                                    for i in range(len(acc.training.schedulers))],
+                     "custom": [safe_load.load(folder / f"custom_{i}.pt", map_location=acc.device)
+                                for i in range(len(acc.training.custom_objects))]}
+        if acc.precision.scaler is not None and (folder / "scaler.pt").exists():
+            out["scaler"] = safe_load.load(folder / "scaler.pt")
+        readers = mine / f"loaders/rank{self.rank}.pt" if mine is not None else None
+        if readers is not None and readers.exists():
+            out["readers"] = safe_load.load(readers)
+        rng = mine / f"rng/rank{self.rank}.pt" if mine is not None else None
+        if rng is not None and rng.exists():
+            out["rng"] = safe_load.load(rng, allow=old_numpy_globals())  # earlier hpc saved numpy's ndarray
+        return out
 
 
 def _beside(folder: Path, what: str) -> Path:

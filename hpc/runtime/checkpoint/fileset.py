@@ -78,8 +78,10 @@ _RANK_FILE = re.compile(r"^(?:rng|loaders)/rank(\d+)\.pt$")
 
 
 def point(record: dict) -> tuple[int, int]:
-    """The point of training a record (the save's meta, a manifest, a part) belongs to: (step, micro_step)."""
-    return int(record.get("step", 0)), int(record.get("micro_step", 0))
+    """The point of training a record (the save's meta, a manifest, a part) belongs to: (step, micro_step).
+    A record read from disk with other values there is of no point of training: (-1, -1) matches none."""
+    at = record.get("step", 0), record.get("micro_step", 0)
+    return at if all(isinstance(v, int) and not isinstance(v, bool) for v in at) else (-1, -1)
 
 
 def part_name(rank: int) -> str:
@@ -97,7 +99,8 @@ def read_part(folder: Path, rank: int) -> dict | None:
             data = json.load(f)
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and isinstance(data.get("files"), dict) else None
+    # a part's file names are moved and read: one naming a path outside the folder is no part
+    return data if isinstance(data, dict) and manifest.files_problem(data.get("files")) is None else None
 
 
 def _of_another_rank(name: str) -> bool:

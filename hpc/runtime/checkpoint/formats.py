@@ -3,6 +3,7 @@
 full: one process holds everything (one process, DDP): rank 0 writes model_<i>.pt / optimizer_<i>.pt.
 dcp: FSDP2 shards through torch.distributed.checkpoint: every rank writes its own shards, and the result
 loads at another world size. deepspeed: the engine's own checkpoint (ZeRO partitions per rank).
+Loading unpickles nothing (safe_load.py, dcp_safe.py) and says in one line when the model no longer fits (fit.py).
 
 `stage()` runs on the training thread and returns a Staged save whose `write` may run on another thread:
 given buffers, stage() copies what training will change next into them; `background` says the write
@@ -11,11 +12,13 @@ will run beside training.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
+
+from hpc.runtime.checkpoint import fit, safe_load
 
 
 def _nothing(*args) -> None:
@@ -96,11 +99,13 @@ class FullFormat:
 
     def load(self, folder: Path, models, optimizers) -> None:
         device = self.strategy.state.device
-        for i, model in enumerate(models):
-            self.strategy.unwrap(model).load_state_dict(
-                torch.load(folder / f"model_{i}.pt", map_location=device, weights_only=True))
+        states = [safe_load.load(folder / f"model_{i}.pt", map_location=device) for i in range(len(models))]
+        for i, (model, state) in enumerate(zip(models, states)):  # all checked before any is changed
+            fit.check(folder, f"model {i}", state, self.strategy.unwrap(model).state_dict())
+        for model, state in zip(models, states):
+            self.strategy.unwrap(model).load_state_dict(state)
         for i, opt in enumerate(optimizers):
-            opt.load_state_dict(torch.load(folder / f"optimizer_{i}.pt", map_location=device, weights_only=True))
+            opt.load_state_dict(safe_load.load(folder / f"optimizer_{i}.pt", map_location=device))
 
 
 class DcpFormat:
@@ -112,7 +117,10 @@ class DcpFormat:
         self._async_group = None
 
     def _state(self, models, optimizers) -> dict:
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
 
         state = {f"model_{i}": get_model_state_dict(m) for i, m in enumerate(models)}
         for i, opt in enumerate(optimizers):
@@ -149,10 +157,23 @@ class DcpFormat:
 
     def load(self, folder: Path, models, optimizers) -> None:
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+        from torch.distributed.checkpoint.state_dict import (
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        from hpc.runtime.checkpoint import dcp_safe
 
         state = self._state(models, optimizers)
-        dcp.load(state, checkpoint_id=str(folder / self.folder))
+        saved = dcp_safe.read_metadata(folder / self.folder).state_dict_metadata
+        for i in range(len(models)):
+            prefix = f"model_{i}."
+            shapes = {k[len(prefix):]: _Shape(tuple(v.size)) if hasattr(v, "size") else None
+                      for k, v in saved.items() if k.startswith(prefix)}
+            fit.check(folder, f"model {i}", shapes, state[f"model_{i}"])
+        planner = dcp_safe.SafeLoadPlanner()
+        dcp_safe.loading(folder / self.folder, lambda: dcp.load(
+            state, storage_reader=dcp_safe.SafeReader(str(folder / self.folder)), planner=planner), planner)
         for i, model in enumerate(models):
             set_model_state_dict(model, state[f"model_{i}"])
         for i, opt in enumerate(optimizers):
@@ -176,7 +197,43 @@ class DeepSpeedFormat:
         return Staged(write, background_ok=False)
 
     def load(self, folder: Path, models, optimizers) -> None:
-        path, _ = self.strategy.engine.load_checkpoint(str(folder / self.folder), tag=self.tag,
-                                                       load_optimizer_states=True, load_lr_scheduler_states=False)
+        engine = self.strategy.engine
+        own = engine.checkpoint_engine
+        engine.checkpoint_engine = _SafeDeepSpeedFiles(own)
+        try:
+            path, _ = engine.load_checkpoint(str(folder / self.folder), tag=self.tag, load_optimizer_states=True,
+                                             load_lr_scheduler_states=False)
+        finally:
+            engine.checkpoint_engine = own
         if path is None:
             raise FileNotFoundError(f"{folder / self.folder}: DeepSpeed found no checkpoint there")
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """A saved tensor's shape, standing for the tensor where only the metadata was read."""
+
+    shape: tuple
+
+
+class _SafeDeepSpeedFiles:
+    """DeepSpeed's checkpoint engine, reading with weights_only=True: its files hold tensors, plain data and a
+    few of DeepSpeed's own plain-data classes (the loss scaler's settings, the ZeRO stage, a fragment's
+    address), allowed by name and nothing else."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def load(self, path, map_location=None):
+        return safe_load.load(path, map_location=map_location, allow=_deepspeed_globals())
+
+
+def _deepspeed_globals() -> list:
+    from deepspeed.runtime.fp16 import loss_scaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [loss_scaler.LossScaler, loss_scaler.DynamicLossScaler, ZeroStageEnum, fragment_address]

@@ -50,17 +50,30 @@ class CheckpointStore:
     def committed(self) -> list[Entry]:
         return [e for e in self.entries() if e.committed]
 
-    def purge(self, background: bool = False) -> list[Path]:
+    def newest_good(self, skipped=None) -> Entry | None:
+        """The newest committed checkpoint whose manifest is well formed and whose every file matches it, read
+        by this process alone; ``skipped(entry, problem)`` hears of each one passed over."""
+        for entry in self.committed():
+            problem = manifest.check(entry.path, entry.manifest)
+            if problem is None:
+                return entry
+            if skipped is not None:
+                skipped(entry, problem)
+        return None
+
+    def purge(self, background: bool = False, damaged: frozenset[Path] = frozenset()) -> list[Path]:
         """Drop committed checkpoints beyond the newest `keep`, and folders a cut-short save left behind
-        below the newest commit. Call only after a commit. With `background`, the folders are uncommitted
-        and moved aside at once and deleted on a thread (deleting a GiB takes a third of a second)."""
+        below the newest commit. ``damaged``: committed folders found damaged, which do not count among the
+        kept and go with the cut-short ones. Call only after a commit. With `background`, the folders are
+        uncommitted and moved aside at once and deleted on a thread (deleting a GiB takes a third of a
+        second)."""
         entries = self.entries()
-        committed = [e for e in entries if e.committed]
+        committed = [e for e in entries if e.committed and e.path not in damaged]
         if not committed:
             return []
         newest = committed[0].step
         doomed = [e.path for e in committed[self.keep:]]
-        doomed += [e.path for e in entries if not e.committed and e.step < newest]
+        doomed += [e.path for e in entries if (not e.committed or e.path in damaged) and e.step < newest]
         trash = [p for p in self.root.iterdir() if p.name.startswith(_PURGED)]  # left by a purge cut short
         for path in doomed:
             # uncommit first: a purge cut short must not leave a folder that looks whole but is not
