@@ -5,7 +5,7 @@
         effective.json                                every value and where it came from
         record.json                                   id, scheduler, profile, submit command, snapshot
         code/                                         the code snapshot the job runs from
-        function/                                     a function job's pickled call and each rank's result
+        function/                                     a function job's signed call, signing key, each rank's result
         sanity/                                       `hpc test`: each rank's check results (hpc.sanity)
         logs/                                         the batch script's log, one per rank (or node)
         tasks/<task>.<kind>                           what the job writes of each (array) task, see TaskFile
@@ -53,6 +53,10 @@ class TaskFile:
     RANK_SHIM = "deepspeed.py"  # the script DeepSpeed's slurm runner starts as each rank (deepspeed.sbatch.j2)
     LOST_NODES = "lost_nodes"  # nodes that stopped answering, a line per loss
     SAVES = "saves"  # a self-resuming script's checkpoints, a JSON line each (hpc/script_checkpoints.py)
+    # how often hpc itself requeued the task (the warning signal, a hang, a lost node), one number written whole:
+    # max_requeues counts these only, never SLURM's own requeues for preemption (SLURM_RESTART_COUNT counts both)
+    REQUEUED = "requeued"
+    REASON = "reason"  # why the attempt ended without its work done (not requeued, a failed requeue), a line each
 
 
 class JobFolder:
@@ -100,6 +104,7 @@ class JobFolder:
 
 # a function job's files under function/
 FUNCTION_CALL = "call.pkl"
+FUNCTION_KEY = "key"  # the key the job signs its pickles with: its owner's alone (0600), checked by the job
 
 
 def function_result(rank: int | str) -> str:

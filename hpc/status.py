@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import fnmatch
+import sys
 import time
 from collections import Counter
 from typing import Callable, Iterator
 
 from hpc import layout
 from hpc.jobs import JobRecord
-from hpc.slurm.commands import TaskState
+from hpc.slurm.commands import ControllerDown, TaskState
 
 # the job's state is the first of these that any task is in
 _ORDER = ["RUNNING", "COMPLETING", "CONFIGURING", "PENDING", "REQUEUED", "RESIZING", "SUSPENDED", "UNKNOWN",
@@ -53,20 +54,70 @@ def finished(tasks: dict[str, TaskState]) -> bool:
     return all(t.done for t in tasks.values())
 
 
-def wait(record: JobRecord, timeout: float | None = None, on_poll: Callable[[dict], None] | None = None
-         ) -> dict[str, TaskState]:
-    """Poll until every task has ended. UNKNOWN is not an end: it is asked again."""
+def _say(message: str) -> None:
+    print(f"hpc: {message}", file=sys.stderr, flush=True)
+
+
+class Outage:
+    """Asks for states through a controller outage: says once that the controller is not answering, then asks
+    again with growing pauses (a restart or an upgrade takes minutes; the job runs on meanwhile)."""
+
+    FIRST_PAUSE_S = 1.0
+    LONGEST_PAUSE_S = 30.0
+
+    def __init__(self, say: Callable[[str], None] = _say):
+        self.say = say
+        self.since: float | None = None  # when the controller stopped answering (None: it answers)
+        self.message = ""
+        self.pause = self.FIRST_PAUSE_S
+        self._said = False
+
+    def ask(self, question: Callable[[], dict]) -> dict | None:
+        """The answer, or None while the controller does not answer."""
+        try:
+            answer = question()
+        except ControllerDown as down:
+            if self.since is None:
+                self.since, self.pause = time.monotonic(), self.FIRST_PAUSE_S
+            self.message = down.slurm_message
+            if not self._said:
+                self._said = True
+                self.say(f"controller not answering; retrying until it does ({down.slurm_message})")
+            return None
+        if self.since is not None:
+            self.say(f"the controller answers again, after {time.monotonic() - self.since:.0f} s")
+            self.since = None
+        return answer
+
+    def next_pause(self) -> float:
+        pause, self.pause = self.pause, min(self.pause * 2, self.LONGEST_PAUSE_S)
+        return pause
+
+
+def wait(record: JobRecord, timeout: float | None = None, on_poll: Callable[[dict], None] | None = None,
+         say: Callable[[str], None] = _say) -> dict[str, TaskState]:
+    """Poll until every task has ended. UNKNOWN is not an end: it is asked again, and so is a controller that does
+    not answer (said once through ``say``), until ``timeout`` if any."""
     deadline = None if timeout is None else time.monotonic() + timeout
     delay = 0.25
+    outage = Outage(say)
+    tasks: dict[str, TaskState] | None = None
     while True:
-        tasks = states(record)
-        if on_poll:
-            on_poll(tasks)
-        if finished(tasks):
-            return tasks
+        now = outage.ask(lambda: states(record))
+        if now is not None:
+            tasks = now
+            if on_poll:
+                on_poll(tasks)
+            if finished(tasks):
+                return tasks
         if deadline is not None and time.monotonic() > deadline:
+            if now is None:
+                raise TimeoutError(f"job {record.job_id}: the SLURM controller has not answered for "
+                                   f"{time.monotonic() - outage.since:.0f} s ({outage.message}); gave up after "
+                                   f"{timeout} s")
             raise TimeoutError(f"job {record.job_id} still {summarize(tasks)[0]} after {timeout} s")
-        time.sleep(delay)
+        pause = delay if now is not None else outage.next_pause()
+        time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
         delay = min(delay * 1.5, 2.0)
 
 
@@ -132,8 +183,13 @@ def follow(record: JobRecord, names: Callable[[], list[str]], *, keep_going: boo
                 yield name, line
 
     yield from drain()
+    outage, ask_at = Outage(), 0.0
     while keep_going:
-        done = finished(states(record))
+        done = False
+        if time.monotonic() >= ask_at:  # while the controller does not answer, the logs go on growing
+            now = outage.ask(lambda: states(record))
+            done = now is not None and finished(now)
+            ask_at = time.monotonic() + (0.0 if now is not None else outage.next_pause())
         yield from drain()
         if done:
             break

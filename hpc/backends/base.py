@@ -180,6 +180,12 @@ class LocalFiles:
         except OSError:
             return None
 
+    def mtime(self, rel: str) -> float | None:
+        try:
+            return os.stat(self.root / rel).st_mtime
+        except OSError:
+            return None
+
     def read_all(self, rel_dir: str, suffix: str) -> dict[str, str]:
         """Every <name><suffix> in a folder -> its text without the suffix, in one listing (an array of 10,000
         tasks: no 10,000 failed opens)."""
@@ -212,6 +218,118 @@ def hang_summary(files) -> str | None:
         if data:
             return data.decode(errors="replace").strip()
     return None
+
+
+@dataclass(frozen=True)
+class ProcessEnd:
+    """How one of a task's processes ended (tasks/<task>.end.<node>.<rank>, noted by the process's shell)."""
+
+    rank: int  # SLURM_PROCID: the rank with srun and deepspeed, the node's agent with torchrun
+    host: str
+    exit_code: int
+    at: float | None  # when it was noted (None where the files' times cannot be read)
+
+
+# exit codes of a process that was stopped rather than failing by itself: srun's TERM (--kill-on-bad-exit) and
+# KILL, a Ctrl-C; 128 + the signal, as the shell reports a death by signal
+_STOPPED = {128 + 15, 128 + 9, 128 + 2}
+
+
+def files_by_task(files) -> dict[str, list[str]]:
+    """tasks/, listed once: task -> the names of its files (an array's 10,000 tasks: one listing, not 10,000)."""
+    out: dict[str, list[str]] = {}
+    for name in files.list(layout.TASKS):
+        out.setdefault(name.split(".", 1)[0], []).append(name)
+    return out
+
+
+def process_ends(files, task: str, names: list[str]) -> list[ProcessEnd]:
+    """Every process end the task's latest attempt noted (the job script clears them as an attempt starts);
+    ``names``: the task's files in tasks/ (files_by_task)."""
+    prefix, ends = f"{task}.{layout.TaskFile.END}.", []
+    mtime = getattr(files, "mtime", None)  # a folder on another machine may not tell
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        host, _, rank = name[len(prefix):].rpartition(".")  # a host name may hold dots, a rank does not
+        data = files.read(f"{layout.TASKS}/{name}")
+        code = data.decode(errors="replace").strip() if data is not None else ""
+        if host and rank.isdigit() and code.lstrip("-").isdigit():
+            ends.append(ProcessEnd(int(rank), host, int(code), mtime(f"{layout.TASKS}/{name}") if mtime else None))
+    return ends
+
+
+def first_failure(ends: list[ProcessEnd]) -> ProcessEnd | None:
+    """The process that failed first: the earliest non-zero end, one that failed by itself before one that was
+    stopped where the times tie or are unknown (the others usually end because srun stopped them)."""
+    failed = [e for e in ends if e.exit_code != 0]
+    if not failed:
+        return None
+    return min(failed, key=lambda e: (e.at if e.at is not None else 0.0, e.exit_code in _STOPPED, e.rank))
+
+
+def describe_failure(first: ProcessEnd, ends: list[ProcessEnd], launcher: str | None) -> str:
+    """The first failure in words, as `hpc status` shows it."""
+    code = _code_words(first.exit_code)
+    if len(ends) > 1 and all(e.exit_code == first.exit_code for e in ends):
+        return f"every process ended with {code}"
+    who = (f"torchrun's agent on {first.host} (node {first.rank})" if launcher == "torchrun"
+           else f"rank {first.rank} on {first.host}")
+    return f"{who} failed first ({code})"
+
+
+def _code_words(code: int) -> str:
+    import signal
+
+    if code > 128:
+        try:
+            return f"exit {code} = 128+{signal.Signals(code - 128).name}"
+        except ValueError:
+            pass
+    return f"exit {code}"
+
+
+def reasons(files, task: str, names: list[str]) -> list[str]:
+    """Why the task's latest attempt ended without its work done, as the job wrote it (tasks/<task>.reason);
+    ``names``: the task's files in tasks/ (files_by_task)."""
+    name = f"{task}.{layout.TaskFile.REASON}"
+    data = files.read(f"{layout.TASKS}/{name}") if name in names else None
+    lines = data.decode(errors="replace").splitlines() if data else []
+    return list(dict.fromkeys(line.strip() for line in lines if line.strip()))  # every rank may write the same
+
+
+def launcher_of(files) -> str | None:
+    """The job's launcher, from its runtime config (torchrun's processes are agents, one per node)."""
+    data = files.read(layout.RUNTIME_CONFIG)
+    try:
+        return json.loads(data).get("launcher") if data else None
+    except (ValueError, AttributeError):
+        return None
+
+
+_PROCESS_FAILURES = ("FAILED", "OUT_OF_MEMORY")
+
+
+def explain(files, task: str, state: TaskState, names: list[str] | None = None) -> TaskState:
+    """An ended task that did not complete, with why: what the job wrote of it, and which process failed first;
+    the exit code is that process's (the peers srun stopped exit 143, which reads like a cancel). ``names``: the
+    task's files in tasks/, where the caller listed them (files_by_task)."""
+    if not state.done or state.state in ("COMPLETED", "CANCELLED"):  # a cancel is its own reason
+        return state
+    names = files_by_task(files).get(task, []) if names is None else names
+    said = reasons(files, task, names)
+    code = state.exit_code
+    if state.state not in _PROCESS_FAILURES:  # SLURM ended it (time limit, cancel, node): its processes say nothing
+        return TaskState(state.state, code, "; ".join(said) or state.reason)
+    ends = process_ends(files, task, names)
+    first = first_failure(ends)
+    if first is not None:
+        said.insert(0, describe_failure(first, ends, launcher_of(files)))
+        code = first.exit_code
+    elif not said:
+        said.append("the job script ended " + (f"with exit code {code}" if code is not None else "without an exit code")
+                    + " and no process noted why; see `hpc logs --all`")
+    return TaskState(state.state, code, "; ".join(said) or state.reason)
 
 
 def own_state(code: str | None) -> TaskState | None:

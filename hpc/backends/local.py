@@ -11,7 +11,14 @@ from pathlib import Path
 import psutil
 
 from hpc import layout
-from hpc.backends.base import Backend, Placement, Plan, from_exit_file
+from hpc.backends.base import (
+    Backend,
+    LocalFiles,
+    Placement,
+    Plan,
+    explain,
+    from_exit_file,
+)
 from hpc.errors import HpcError
 from hpc.jobs import JobRecord
 from hpc.slurm import formats
@@ -80,7 +87,9 @@ class LocalBackend(Backend):
             return TaskState("CANCELLED", own.exit_code if own else None)
         if own is not None and own.exit_code == TIMEOUT_EXIT:
             return TaskState("TIMEOUT", TIMEOUT_EXIT)
-        return own or TaskState("UNKNOWN", None, "the process is gone and left no exit code")
+        if own is None:
+            return TaskState("UNKNOWN", None, "the process is gone and left no exit code")
+        return explain(LocalFiles(record.dir), "0", own)  # which rank failed first, as the job script noted it
 
     def cancel(self, record: JobRecord, task: str | None = None) -> None:
         record.mark(layout.CANCELLED)

@@ -6,12 +6,24 @@ import json
 import os
 
 from hpc import layout
-from hpc.backends.base import Backend, Placement, Plan, own_state, task_files
+from hpc.backends.base import (
+    Backend,
+    Placement,
+    Plan,
+    explain,
+    files_by_task,
+    own_state,
+    task_files,
+)
 from hpc.errors import HpcError
 from hpc.jobs import JobRecord
 from hpc.resources import user_cache_dir
 from hpc.slurm import formats, hostlist
 from hpc.slurm.commands import Slurm, TaskState, check_fits, require_conf
+
+# How long the job script keeps asking a controller that does not answer (scontrol requeue after the warning
+# signal, scontrol show job after a failure) before the job ends FAILED, the reason in tasks/<task>.reason.
+CONTROLLER_PATIENCE_S = 300
 
 
 def gpu_request(job, profile) -> tuple[str, str]:
@@ -93,6 +105,9 @@ class SlurmBackend(Backend):
     def submit_command(self, script: str, workdir: str | None) -> list[str]:
         return ["sbatch", "--parsable", *([f"--chdir={workdir}"] if workdir else []), script]
 
+    def template_context(self) -> dict:
+        return {"controller_patience": CONTROLLER_PATIENCE_S}
+
     def advise(self, effective) -> None:
         from hpc import lead_time
 
@@ -138,6 +153,7 @@ class SlurmBackend(Backend):
         out: dict[str, dict[str, TaskState]] = {}
         for record in records:
             tasks = out[record.job_dir] = {}
+            listing = None  # tasks/, listed once per job, only if a task ended without completing
             for task in record.tasks:
                 now = facts.live.get(task_id(record, task))
                 if now is not None:
@@ -145,8 +161,13 @@ class SlurmBackend(Backend):
                     continue
                 rows = [row for i in facts.accounting_ids(record, task) for row in facts.acct.get(i, ())]
                 since = record.local.get("submitted_on_cluster", record.submitted_at)  # accounting's clock
-                tasks[task] = decide(record, _newest_since(rows, since),
-                                     own_state(facts.exits.get(record.job_dir, {}).get(task)))
+                state = decide(record, _newest_since(rows, since),
+                               own_state(facts.exits.get(record.job_dir, {}).get(task)))
+                if state.done and state.state != "COMPLETED":
+                    files = self.files(record)
+                    listing = files_by_task(files) if listing is None else listing
+                    state = explain(files, task, state, listing.get(task, []))
+                tasks[task] = state
         return out
 
     def _accounting_source(self) -> str | None:
@@ -174,8 +195,14 @@ class SlurmBackend(Backend):
 
     def cancel(self, record: JobRecord, task: str | None = None) -> None:
         self.require_conf()
-        record.mark(layout.CANCELLED)
-        self.slurm.cancel(record.job_id if task is None else f"{record.job_id}_{task}")
+        before = record.marked(layout.CANCELLED)
+        record.mark(layout.CANCELLED)  # first: a job that ends at once is read as cancelled, not as failed
+        try:
+            self.slurm.cancel(record.job_id if task is None else f"{record.job_id}_{task}")
+        except HpcError:
+            if not before:  # not cancelled (no answer, or SLURM refused): it runs on, and is not to be taken
+                (record.home / layout.CANCELLED).unlink(missing_ok=True)  # for cancelled when it ends
+            raise
 
     def log_tag(self, record: JobRecord, task: str) -> str:
         return task_id(record, task)

@@ -20,11 +20,27 @@ def _describe(record, tasks, per_task: bool = True) -> dict:
     return {"job_id": record.job_id, "name": record.name, "profile": record.profile, "kind": record.kind,
             "state": overall,
             "exit_code": code,
+            "reasons": reasons(tasks),
             "counts": counts, "job_dir": record.job_dir, "submitted_at": record.submitted_at,
             "lost_nodes": base.lost_nodes(files), "hang": base.hang_summary(files),
             "cluster": record.local.get("host") if record.remote else None,
             **({"tasks": {t: {"state": s.state, "exit_code": s.exit_code, "reason": s.reason}
                           for t, s in tasks.items()}} if per_task else {})}
+
+
+def reasons(tasks) -> dict[str, str]:
+    """Task -> why it ended without completing, for every task that did."""
+    return {t: s.reason for t, s in tasks.items() if s.done and s.state != "COMPLETED" and s.reason}
+
+
+def reason_lines(why: dict[str, str], array: bool, shown: int = 5) -> list[str]:
+    """The reasons as `hpc status` and `hpc wait` print them: a plain job's, or the first few tasks'."""
+    if not array:
+        return [f"  why: {r}" for r in why.values()]
+    lines = [f"  task {t}: {r}" for t, r in list(why.items())[:shown]]
+    if len(why) > shown:
+        lines.append(f"  ... and {len(why) - shown} more tasks (hpc status --json lists each)")
+    return lines
 
 
 def _counts_text(counts: dict) -> str:
@@ -48,6 +64,8 @@ def status(job, as_json):
     click.echo(f"{record.job_id}  {record.name}  {record.profile}  {info['state']}{code}")
     if record.array is not None:
         click.echo(f"  {len(info['tasks'])} tasks: {_counts_text(info['counts'])}")
+    for line in reason_lines(info["reasons"], record.array is not None):
+        click.echo(line)
     if info["lost_nodes"]:
         click.echo(f"  lost node(s): {', '.join(info['lost_nodes'])} (later attempts exclude them)")
     if info["hang"]:
@@ -87,6 +105,8 @@ def list_(limit, as_json):
         (r["job_id"], r["name"], r["profile"], r["state"] + ("" if not r["exit_code"] else f" ({r['exit_code']})"),
          time.strftime("%m-%d %H:%M", time.localtime(r["submitted_at"])),
          _counts_text(r["counts"]) if sum(r["counts"].values()) > 1 else "") for r in rows]))
+    for why in dict.fromkeys(r["error"] for r in rows if r["state"] == "?"):  # said once, not on every row
+        click.echo(f"? state unknown: {why}")
 
 
 @click.command()
@@ -145,4 +165,6 @@ def wait(job, timeout):
     overall, _, counts = st.summarize(tasks)
     code = st.exit_code(tasks)
     click.echo(f"{record.job_id} {overall} (exit {code})" + (f"; {_counts_text(counts)}" if len(tasks) > 1 else ""))
+    for line in reason_lines(reasons(tasks), record.array is not None):
+        click.echo(line)
     sys.exit(code)

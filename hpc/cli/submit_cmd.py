@@ -52,9 +52,13 @@ def submit(profile, job_file, assignments, target, args, flags, dry_run, wait_, 
         tasks = f", {len(record.array)} array tasks" if record.array is not None else ""
         click.echo(f"submitted {record.job_id} ({record.profile}{tasks}); logs: {record.job_dir}/logs")
     if wait_:
-        tasks = status.wait(record)
+        from hpc.cli.jobs_cmd import reason_lines, reasons
+
+        tasks = status.wait(record)  # rides out a controller that does not answer for a while
         code = status.exit_code(tasks)
         if not as_json:
-            overall, _, counts = status.summarize(tasks)
+            overall = status.summarize(tasks)[0]
             click.echo(f"{record.job_id} {overall} (exit {code})", err=True)
+            for line in reason_lines(reasons(tasks), record.array is not None):
+                click.echo(line, err=True)
         sys.exit(code)

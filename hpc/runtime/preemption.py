@@ -15,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 
+from hpc import layout
+
 REQUEUE = 1  # the profile's warning signal (time limit, preemption notice): checkpoint, requeue, exit
 STOP = 2  # TERM/INT (scancel, scontrol requeue, preemption, the hard limit): checkpoint and exit; SLURM decides
 _CHECK_FILE_EVERY_S = 1.0
@@ -82,15 +84,33 @@ class PreemptionWatch:
 
 
 def requeue_count() -> int:
-    """How often this job was requeued (SLURM's count; the local profile's script keeps its own)."""
+    """How often this job ran again, whoever requeued it: which attempt this is (SLURM's count, preemptions
+    included; the local profile's script keeps its own)."""
     return int(os.environ.get("SLURM_RESTART_COUNT") or os.environ.get("HPC_RESTART_COUNT") or 0)
+
+
+def hpc_requeue_count() -> int:
+    """How often hpc itself requeued this task (the warning signal, a hang, a lost node): what max_requeues
+    counts. SLURM's own requeues for preemption never count; SLURM_RESTART_COUNT counts them too, so hpc keeps
+    its own count in the job folder (tasks/<task>.requeued, written by the job script as it requeues)."""
+    path = _task_file(layout.TaskFile.REQUEUED)
+    if path is None:  # no job folder to keep a count in (a plain submitit job): SLURM's is all there is
+        return requeue_count()
+    try:
+        return int(path.read_text().split()[0])
+    except FileNotFoundError:  # not requeued yet; the local profile's script counts its rounds (all hpc's)
+        return int(os.environ.get("HPC_RESTART_COUNT") or 0)
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def requeue(max_requeues: int | None, why: str) -> tuple[bool, str]:
     """Ask for this job to run again (None: however often it ran); returns whether it will, and what happened
-    in words for the log."""
-    if max_requeues is not None and requeue_count() >= max_requeues:
-        return False, f"not requeued: it has been requeued {requeue_count()} times (max_requeues={max_requeues})"
+    in words for the log. A refusal is also noted where `hpc status` shows why the job ended."""
+    done = hpc_requeue_count()
+    if max_requeues is not None and done >= max_requeues:
+        return False, note_reason(f"not requeued ({why}): hpc has requeued it {done} times "
+                                  f"(max_requeues={max_requeues}; preemptions do not count)")
     if job_script_requeues():  # once the ranks have exited, from outside any container
         Path(os.environ["HPC_REQUEUE_FILE"]).write_text(why + "\n")
         return True, "the job script will requeue it"
@@ -102,9 +122,44 @@ def requeue(max_requeues: int | None, why: str) -> tuple[bool, str]:
         try:
             Slurm().requeue(target)
         except HpcError as err:
-            return False, str(err)
+            return False, note_reason(f"not requeued ({why}): {err}")
+        _count_requeue(done + 1)
         return True, f"requeued SLURM job {target}"
     return False, "not requeued: no scheduler and no job script (started by hand)"
+
+
+def note_reason(reason: str) -> str:
+    """Note why the job ends without its work done (tasks/<task>.reason, a line each: `hpc status` shows it);
+    returns the reason. Any rank may note the same; a line is appended whole (O_APPEND)."""
+    path = _task_file(layout.TaskFile.REASON)
+    if path is not None:
+        try:
+            with open(path, "a") as f:
+                f.write(" ".join(reason.split()) + "\n")
+        except OSError:
+            pass  # the log still says it
+    return reason
+
+
+def _count_requeue(count: int) -> None:
+    """hpc's requeue count, written whole: a reader sees the old number or the new one, never half."""
+    path = _task_file(layout.TaskFile.REQUEUED)
+    if path is None:
+        return
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(f"{count}\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def _task_file(kind: str) -> Path | None:
+    """tasks/<task>.<kind> of the job folder this process runs in (None outside an hpc job)."""
+    job_dir = os.environ.get("HPC_JOB_DIR")
+    if not job_dir:
+        return None
+    return Path(layout.JobFolder(job_dir).task(os.environ.get("HPC_TASK", "0"), kind))
 
 
 def job_script_requeues() -> bool:

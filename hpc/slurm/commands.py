@@ -19,6 +19,29 @@ Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
             "BOOT_FAIL", "DEADLINE"}
 
+# How SLURM's clients say that the controller did not answer (slurm_strerror's wording, stable for years): the
+# question was never answered, so its failure says nothing about the job, the partition or the request.
+NOT_ANSWERING = ("Unable to contact slurm controller", "Socket timed out on send/recv", "Zero Bytes were transmitted",
+                 "Communication connection failure", "backup controller in standby mode", "Connection refused",
+                 "Connection timed out")
+
+
+class ControllerDown(HpcError):
+    """The SLURM controller did not answer: ask again later (the job itself may well be running)."""
+
+    def __init__(self, message: str):
+        super().__init__(f"the SLURM controller does not answer: {message}",
+                         fix="try again in a while; `scontrol ping` says when it is back")
+        self.slurm_message = message
+
+
+def not_answering(message: str) -> bool:
+    return any(phrase in message for phrase in NOT_ANSWERING)
+
+
+def _message(proc) -> str:
+    return " ".join((proc.stderr or proc.stdout or "").split()) or f"exit code {proc.returncode}"
+
 
 def _run(argv: Sequence[str]) -> "subprocess.CompletedProcess[str]":
     try:
@@ -27,7 +50,7 @@ def _run(argv: Sequence[str]) -> "subprocess.CompletedProcess[str]":
         raise HpcError(f"{argv[0]} not found: this machine has no SLURM client",
                        fix="run on a login node, or use --profile local") from None
     except subprocess.TimeoutExpired:
-        raise HpcError(f"{argv[0]} did not answer within 60 s", fix="check the controller (scontrol ping)") from None
+        raise ControllerDown(f"{argv[0]} got no answer within 60 s") from None
 
 
 @dataclass
@@ -48,13 +71,22 @@ class Slurm:
     def _ok(self, argv: Sequence[str]) -> str:
         proc = self.run(argv)
         if proc.returncode != 0:
-            message = " ".join((proc.stderr or proc.stdout).split()) or f"exit code {proc.returncode}"
-            raise HpcError(f"{argv[0]} failed: {message}", fix="see SLURM's message")
+            raise self._failure(argv, proc)
         return proc.stdout
+
+    @staticmethod
+    def _failure(argv: Sequence[str], proc) -> HpcError:
+        """A failed command as the error to raise: the controller not answering, or SLURM's own answer."""
+        message = _message(proc)
+        if not_answering(message):
+            return ControllerDown(message)
+        return HpcError(f"{argv[0]} failed: {message}", fix="see SLURM's message")
 
     def submit_argv(self, argv: Sequence[str]) -> str:
         """Run a plan's ``sbatch --parsable ...`` -> the job id."""
         proc = self.run(argv)
+        if proc.returncode != 0 and not_answering(_message(proc)):
+            raise ControllerDown(_message(proc))
         return sbatch_job_id(proc.returncode, proc.stdout, proc.stderr)
 
     def queue(self, job_ids: str) -> dict[str, tuple[str, str, str]]:
@@ -64,7 +96,7 @@ class Slurm:
         if proc.returncode != 0:
             if "Invalid job id" in proc.stderr:
                 return {}  # finished and forgotten
-            raise HpcError(f"squeue failed: {' '.join(proc.stderr.split())}", fix="check the controller (scontrol ping)")
+            raise self._failure(["squeue"], proc)
         return parse_queue(proc.stdout)
 
     def accounting_source(self) -> str | None:
@@ -112,7 +144,9 @@ class Slurm:
         """``scontrol show partition NAME -o`` as a dict (the default partition when NAME is None)."""
         proc = self.run(["scontrol", "show", "partition", "-o"] + ([name] if name else []))
         if proc.returncode != 0:
-            return None
+            if "not found" in _message(proc):
+                return None
+            raise self._failure(["scontrol"], proc)  # an unanswered question is no "does not exist"
         for line in proc.stdout.splitlines():
             info = dict(item.split("=", 1) for item in line.split() if "=" in item)
             if name is None and "Default=YES" not in line:
@@ -122,7 +156,9 @@ class Slurm:
 
     def partition_gres(self, name: str) -> str:
         proc = self.run(["sinfo", "-h", "-p", name, "-o", "%G"])
-        return proc.stdout.strip() if proc.returncode == 0 else ""
+        if proc.returncode != 0:
+            raise self._failure(["sinfo"], proc)
+        return proc.stdout.strip()
 
 
 def sbatch_job_id(returncode: int, stdout: str, stderr: str) -> str:

@@ -14,6 +14,9 @@ export MASTER_PORT="${MASTER_PORT:-$(( $$ % 4536 + 61000 ))}"
 # and the processes run again (HPC_RESTART_COUNT counts the rounds) until none asks for it.
 mkdir -p "$HPC_JOB_DIR/tasks"
 export HPC_TASK=0 HPC_STOP_FILE="$HPC_JOB_DIR/tasks/0.stop" HPC_REQUEUE_FILE="$HPC_JOB_DIR/tasks/0.requeue" HPC_RESTART_COUNT="${HPC_RESTART_COUNT:-0}"
+# why the job ended without its work done, a line each (`hpc status` shows it)
+reason_file="$HPC_JOB_DIR/tasks/0.reason"
+rm -f "$reason_file"
 export WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 NODE_RANK=0
 pids=()
 stop() { if [ "${#pids[@]}" -gt 0 ]; then kill -"$1" "${pids[@]}" 2>/dev/null || true; fi; }
@@ -49,6 +52,7 @@ while true; do
       if [ "$status" -ne 0 ] && [ "$rc" -eq 0 ]; then
         rc=$status
         echo "hpc: rank $rank exited with status $status; stopping the other ranks" >&2
+        echo "rank $rank failed first (exit $status); the other ranks were stopped" >> "$reason_file"
         stop TERM
       fi
     done

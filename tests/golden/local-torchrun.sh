@@ -14,6 +14,9 @@ export MASTER_PORT="${MASTER_PORT:-$(( $$ % 4536 + 61000 ))}"
 # and the processes run again (HPC_RESTART_COUNT counts the rounds) until none asks for it.
 mkdir -p "$HPC_JOB_DIR/tasks"
 export HPC_TASK=0 HPC_STOP_FILE="$HPC_JOB_DIR/tasks/0.stop" HPC_REQUEUE_FILE="$HPC_JOB_DIR/tasks/0.requeue" HPC_RESTART_COUNT="${HPC_RESTART_COUNT:-0}"
+# why the job ended without its work done, a line each (`hpc status` shows it)
+reason_file="$HPC_JOB_DIR/tasks/0.reason"
+rm -f "$reason_file"
 # SLURM signals the batch shell (USR1, 120 s before the time limit; TERM on
 # cancel or preemption): note it in HPC_STOP_FILE (read by ranks whose launcher does not pass it on) and hand it
 # to the job step, whose processes checkpoint and stop.
