@@ -36,7 +36,9 @@ class Job:
         return status.summarize(self.states())[0]
 
     def wait(self, timeout: float | None = None) -> int:
-        """Block until the job ends; returns its exit code (0 when every task completed)."""
+        """Block until the job ends; returns its exit code (0 when every task completed). A controller that does
+        not answer for a while is asked again (said once on stderr); ``timeout`` bounds the whole wait
+        (TimeoutError)."""
         from hpc import status
 
         return status.exit_code(status.wait(self.record, timeout))
@@ -65,7 +67,7 @@ class FunctionJob(Job):
         from hpc import functions
 
         self.wait(timeout)
-        return functions.read_result(self._files(), 0)
+        return functions.read_result(self._files(), 0, key=self.record.result_key)
 
     def results(self, timeout: float | None = None) -> list:
         """Every rank's return value, by rank."""
@@ -73,7 +75,7 @@ class FunctionJob(Job):
 
         self.wait(timeout)
         files = self._files()
-        return [functions.read_result(files, r) for r in functions.result_ranks(files)]
+        return [functions.read_result(files, r, key=self.record.result_key) for r in functions.result_ranks(files)]
 
     def _files(self):
         from hpc import backends

@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
+import jinja2.sandbox
 
 from hpc import layout
 from hpc import sweep as sweeps
 from hpc.config.precedence import Effective
 from hpc.config.schema import ClusterProfile, JobSpec
 from hpc.errors import HpcError
-from hpc.resources import search_path, user_cache_dir
+from hpc.resources import builtin_dir, insecure, note_once, search_path, user_cache_dir
+
 
 @dataclass(frozen=True)
 class SbatchRequest:
@@ -40,18 +42,39 @@ def shell_quote(value) -> str:
 
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    """Compiled templates, keyed by their source's checksum: compiling them is most of a render's time."""
-    directory = user_cache_dir() / "jinja"
+    """Compiled templates, keyed by their source's checksum: compiling them is most of a render's time. The
+    cache is code Jinja runs: it is used only in a folder no one else can write."""
+    # not the folder of an hpc whose compiled templates were not sandboxed (a source's checksum is the key)
+    directory = user_cache_dir() / "jinja-sandboxed"
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError:
         return None  # a read-only home only costs speed
+    if insecure(directory) is not None:
+        return None
     return jinja2.FileSystemBytecodeCache(str(directory))
 
 
+class _Templates(jinja2.FileSystemLoader):
+    """The search path's loader, noting (once, on stderr) each template of the project's or the user's folder
+    that takes the place of a built-in one: a copied ./job_templates can silently change every job."""
+
+    def __init__(self):
+        super().__init__([str(p) for p in search_path("job_templates")])
+        self.builtin = builtin_dir("job_templates").resolve()
+
+    def get_source(self, environment, template):
+        source, filename, uptodate = super().get_source(environment, template)
+        if filename and not Path(filename).resolve().is_relative_to(self.builtin) \
+                and (self.builtin / template).is_file():
+            note_once(f"hpc: note: job template {filename} takes the place of the built-in {template}")
+        return source, filename, uptodate
+
+
 def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader([str(p) for p in search_path("job_templates")]),
+    # sandboxed: a template (one from ./job_templates too) cannot reach Python beyond the values it is given
+    env = jinja2.sandbox.SandboxedEnvironment(
+        loader=_Templates(),
         bytecode_cache=_bytecode_cache(),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
@@ -224,7 +247,11 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         "lost_node_after": LOST_NODE_AFTER_S,
         "probe_timeout": NODE_PROBE_TIMEOUT_S,
     }
-    script = template.render(**context).rstrip("\n") + "\n"
+    try:
+        script = template.render(**context).rstrip("\n") + "\n"
+    except jinja2.sandbox.SecurityError as e:
+        raise HpcError(f"job template {template.filename}: the sandbox refused it ({e})",
+                       fix="a template gets values to print, not Python to run: remove that expression") from None
     config = runtime_config.from_effective(effective, backend.warns_before_limit).as_dict()
     return SbatchRequest(script=script, script_name=backend.script_name, template=name, hostfile=hostfile,
                          runtime_config=config, effective=effective, directives=dirs,

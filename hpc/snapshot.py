@@ -1,4 +1,10 @@
-"""Copy the project's code into the job folder at submit, so later edits never change a queued job."""
+"""Copy the project's code into the job folder at submit, so later edits never change a queued job.
+
+What looks like a credential (``.env``, ``.netrc``, ``id_rsa``, ``*.pem``, ``.aws/credentials``, ...) is never
+copied, even when git tracks it: the job folder is read on the cluster, by its admins and backups. A symlink is
+copied as the file it points to when that file is in the project, and left out when it leads out of it (a link
+to ~/.ssh/id_rsa); a link to a folder is left out, as before. What was left out is in the result's ``left_out``.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +19,22 @@ from hpc.errors import HpcError
 DEFAULT_INCLUDE = ("*.py", "*.yaml", "*.yml", "*.json", "*.toml", "*.txt", "*.sh", "*.cfg", "*.ini")
 SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".pytest_cache", ".hypothesis"}
 MAX_BYTES = 256 * 1024 * 1024
+# file names (any folder) and paths (from any folder down) that hold credentials
+CREDENTIAL_NAMES = (".env", ".env.*", ".envrc", ".netrc", "_netrc", ".git-credentials", ".pypirc", ".npmrc",
+                    ".yarnrc", ".yarnrc.yml", ".pgpass", ".my.cnf", ".s3cfg", ".boto", ".htpasswd", ".vault-token",
+                    "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.kdbx", "*.gpg",
+                    "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk", "id_ed25519_sk", "id_*",
+                    "*_rsa", "*_dsa", "*_ecdsa", "*_ed25519", "credentials", "credentials.json",
+                    "service-account*.json", "client_secret*.json", "*.tfvars", "terraform.tfstate*")
+CREDENTIAL_PATHS = (".aws/*", ".ssh/*", ".gnupg/*", ".docker/config.json", ".kube/config", ".kube/*.yaml",
+                    ".config/gcloud/*", ".azure/*", ".terraform.d/credentials*", ".config/hub", ".config/gh/hosts.yml")
+LEFT_OUT_SHOWN = 20  # names kept in the record; the count says how many in all
 
 
 def _git_files(cwd: Path) -> tuple[Path, list[str], dict] | None:
     try:
-        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True, timeout=10)
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], check=False, cwd=cwd, capture_output=True,
+                             text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if top.returncode != 0:
@@ -25,9 +42,11 @@ def _git_files(cwd: Path) -> tuple[Path, list[str], dict] | None:
     root = Path(top.stdout.strip())
     # tracked files and new ones git does not ignore: a script not yet `git add`ed still travels
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           cwd=root, capture_output=True, timeout=60).stdout.decode().split("\0")
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=30)
+                           check=False, cwd=root, capture_output=True, timeout=60).stdout.decode().split("\0")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], check=False, cwd=root, capture_output=True, text=True,
+                          timeout=10)
+    dirty = subprocess.run(["git", "status", "--porcelain"], check=False, cwd=root, capture_output=True, text=True,
+                           timeout=30)
     info = {"source": "git", "commit": head.stdout.strip() or None, "dirty": bool(dirty.stdout.strip())}
     return root, [f for f in files if f], info
 
@@ -43,6 +62,28 @@ def _walk_files(root: Path, include: list[str], exclude: list[str]) -> list[str]
                     not any(fnmatch.fnmatch(name, pat) or fnmatch.fnmatch(rel, pat) for pat in exclude):
                 out.append(rel)
     return sorted(out)
+
+
+def is_credential(rel: str) -> bool:
+    """A path (relative to the project) whose file looks like it holds a secret. ``id_*`` is a key unless it has
+    a suffix (id_rsa.pub is left alone, as is id_map.py)."""
+    parts = rel.split("/")
+    name = parts[-1]
+    if name.startswith("id_") and "." in name:
+        return name.endswith((".pem", ".key"))
+    if any(fnmatch.fnmatch(name, pat) for pat in CREDENTIAL_NAMES):
+        return True
+    return any(fnmatch.fnmatch("/".join(parts[i:]), pat) for i in range(len(parts) - 1) for pat in CREDENTIAL_PATHS)
+
+
+def _looks_like_private_key(path: Path) -> bool:
+    """A PEM or OpenSSH private key, whatever its name."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return False
+    return head.startswith(b"-----BEGIN ") and b"PRIVATE KEY" in head
 
 
 def take(cwd: Path, dest: Path, exclude_dirs: list[Path], include: list[str] | None = None,
@@ -62,18 +103,26 @@ def take(cwd: Path, dest: Path, exclude_dirs: list[Path], include: list[str] | N
         root, info = cwd, {"source": "walk", "include": include, "exclude": exclude}
         files = _walk_files(root, include, exclude)
     excluded = [d.resolve() for d in exclude_dirs]
-    total, copied = 0, 0
+    real_root = root.resolve()
+    total, copied, left_out = 0, 0, []
     for rel in files:
         src = root / rel
         if not src.is_file() or any(d == src or d in src.parents for d in excluded):
-            continue  # deleted but still tracked, or the job folders themselves
-        total += src.stat().st_size
+            continue  # deleted but still tracked, a link to a folder, or the job folders themselves
+        real = src.resolve()
+        if not real.is_relative_to(real_root) or is_credential(rel) \
+                or is_credential(real.relative_to(real_root).as_posix()) or _looks_like_private_key(real):
+            left_out.append(rel)
+            continue
+        total += real.stat().st_size
         if total > MAX_BYTES:
             raise HpcError(f"the code snapshot exceeds {MAX_BYTES >> 20} MiB (at {rel})",
                            fix="keep data out of the project (or .gitignore it), or submit with --no-snapshot")
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, target)
+        shutil.copy2(real, target)  # the file itself: a link inside the project becomes a copy
         copied += 1
     info.update({"root": str(root), "files": copied, "bytes": total})
+    if left_out:
+        info.update({"left_out": left_out[:LEFT_OUT_SHOWN], "left_out_count": len(left_out)})
     return dest / cwd.relative_to(root), info

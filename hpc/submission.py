@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
-from hpc import backends, jobs, layout, snapshot
+from hpc import backends, functions, jobs, layout, snapshot
 from hpc.backends import Plan
 from hpc.config.precedence import Effective
 from hpc.errors import HpcError
@@ -31,6 +32,15 @@ def _effective_json(effective: Effective) -> str:
                        "values": values}, indent=2) + "\n"
 
 
+def _say_left_out(snap: dict) -> None:
+    """One line: what the snapshot did not copy (credentials, links out of the project)."""
+    left, count = snap.get("left_out") or [], snap.get("left_out_count", 0)
+    if count:
+        shown = ", ".join(left[:4]) + (", ..." if count > 4 else "")
+        print(f"hpc: the code snapshot left out {count} file(s) that look like credentials or lead out of "
+              f"the project: {shown}", file=sys.stderr)
+
+
 def submit(effective: Effective, *, argv: list[str], take_snapshot: bool = True, dry_run: bool = False,
            cwd: Path | None = None, extra_files: dict[str, bytes] | None = None, kind: str | None = None
            ) -> jobs.JobRecord | Plan:
@@ -47,6 +57,11 @@ def submit(effective: Effective, *, argv: list[str], take_snapshot: bool = True,
         raise HpcError("a remote cluster runs the code snapshot: it cannot run from this folder",
                        fix="drop --no-snapshot")
     backend.preflight(effective)
+    # a function job's pickles are signed with a key of its own: the record keeps it, the job gets it in a file
+    key = functions.new_key() if kind == "function" else None
+    if key is not None and extra_files and functions.CALL_FILE in extra_files:
+        extra_files = {**extra_files, functions.CALL_FILE: functions.sign(key, functions.CALL_FILE,
+                                                                           extra_files[functions.CALL_FILE])}
     place = backend.new_job(job)
     try:
         snap: dict = {"source": "none"}
@@ -57,8 +72,11 @@ def submit(effective: Effective, *, argv: list[str], take_snapshot: bool = True,
             staged.mkdir(parents=True, exist_ok=True)
             _check_script(job.script, staged, snapshot_taken=True)
             workdir = place.job_dir / staged.relative_to(place.stage)
+            _say_left_out(snap)
         plan = backend.plan(effective, place.job_dir, workdir, extra_files)
         plan.materialize(place.stage)
+        if key is not None:
+            functions.write_key(place.stage, key)
         (place.stage / layout.EFFECTIVE).write_text(_effective_json(effective))
         (place.stage / layout.LOGS).mkdir(exist_ok=True)
         job_id, details = backend.start(plan, place)
@@ -69,6 +87,6 @@ def submit(effective: Effective, *, argv: list[str], take_snapshot: bool = True,
         job_id=job_id, scheduler=backend.name, profile=profile.name, name=job.job_name, job_dir=str(place.job_dir),
         submitted_at=time.time(), argv=argv, workdir=str(workdir), script=plan.script_name, array=plan.array,
         snapshot=snap, local=details, kind=kind or ("module" if job.module else "script" if job.script else "command"),
-        **backend.record_fields(place))
+        result_key=key, **backend.record_fields(place))
     jobs.save(record)
     return record

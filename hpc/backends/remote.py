@@ -20,11 +20,54 @@ from hpc.backends.slurm import Facts, SlurmBackend
 from hpc.config.validate import to_plain
 from hpc.errors import HpcError
 from hpc.jobs import JobRecord
-from hpc.slurm.commands import (ACCOUNTING_FIELDS, EPOCH, QUEUE_FORMAT, Slurm, parse_accounting, parse_queue,
-                                 sbatch_job_id)
-from hpc.ssh import Ssh
+from hpc.slurm.commands import (
+    ACCOUNTING_FIELDS,
+    EPOCH,
+    QUEUE_FORMAT,
+    ControllerDown,
+    Slurm,
+    not_answering,
+    parse_accounting,
+    parse_queue,
+    sbatch_job_id,
+)
+from hpc.ssh import REFUSED, Ssh
 
 MARK = "@@hpc@@"  # separates the parts of a status probe's answer
+
+# Bash there: the job root judged as sshd judges a path (it and every folder above it, the link's holder too,
+# belong to us or root and no one else may write them; a folder above it may be sticky, like /tmp), then the job
+# folder made in it, ours alone. Another user who can write the root could swap the job's code before it runs.
+PRIVATE_JOB_DIR = r"""
+refuse() { echo "REFUSED the job root $1: $2" >&2; exit 4; }
+check_chain() {  # check_chain ROOT FOLDER [sticky-ok]: FOLDER and each folder above it (FOLDER sticky: sticky-ok)
+    local p=$2 sticky_ok=${3:-} u m me
+    me=$(id -u)
+    while :; do
+        read -r u m <<< "$(stat -L -c '%u %a' -- "$p")" || refuse "$1" "$p cannot be checked"
+        [ "$u" = "$me" ] || [ "$u" = 0 ] || refuse "$1" "$p belongs to uid $u, not to you (uid $me) or root"
+        if (( 8#$m & 8#022 )) && ! { [ -n "$sticky_ok" ] && (( 8#$m & 8#1000 )); }; then
+            refuse "$1" "$p is writable by group or others (mode $m)"
+        fi
+        sticky_ok=1  # the folders above
+        [ "$p" = / ] && return 0
+        p=$(dirname -- "$p")
+    done
+}
+private_job_dir() {  # private_job_dir ROOT JOB
+    local found=$1
+    while [ ! -e "$found" ]; do found=$(dirname -- "$found"); done
+    check_chain "$1" "$(cd -P -- "$found" && pwd)" sticky-ok  # nothing is made where someone else could change it
+    (umask 077 && mkdir -p -- "$1") || refuse "$1" "it cannot be created"
+    check_chain "$1" "$(cd -P -- "$1" && pwd)"
+    check_chain "$1" "$(cd -P -- "$(dirname -- "$1")" && pwd)" sticky-ok
+    if [ -e "$2" ] || [ -L "$2" ]; then
+        [ -d "$2" ] && [ ! -L "$2" ] && [ -O "$2" ] || refuse "$1" "$2 is not a folder of yours"
+    else
+        mkdir -m 700 -- "$2" || refuse "$1" "$2 cannot be created"
+    fi
+}
+""".replace("REFUSED", REFUSED)
 
 
 class RemoteFiles:
@@ -33,6 +76,7 @@ class RemoteFiles:
     def __init__(self, ssh: Ssh, root: str):
         self.ssh, self.root = ssh, root.rstrip("/")
         self.known: dict[str, dict[str, str]] | None = None  # rel_dir -> name -> text, from the last probe
+        self.result_key: str | None = None  # a function job's, from its record
 
     def _path(self, rel: str) -> str:
         return shlex.quote(f"{self.root}/{rel}")
@@ -49,6 +93,16 @@ class RemoteFiles:
             return self.known[folder][name].encode()
         proc = self.ssh.shell(f"f={self._path(rel)}; [ -f \"$f\" ] || exit 3; tail -c +{offset + 1} \"$f\"",
                               check=False)
+        return proc.stdout if proc.returncode == 0 else None
+
+    def read_owned(self, rel: str) -> bytes | None:
+        """A file there, read only if it is a plain file of this user's (never through a link); None if absent."""
+        proc = self.ssh.shell(f"f={self._path(rel)}; [ -e \"$f\" ] || [ -L \"$f\" ] || exit 3\n"
+                              f"[ -f \"$f\" ] && [ ! -L \"$f\" ] && [ -O \"$f\" ] || exit 4; cat -- \"$f\"",
+                              check=False)
+        if proc.returncode == 4:
+            raise HpcError(f"{self.root}/{rel} on {self.ssh.label} is not a file of yours: refused",
+                           fix="check who can write the job folder")
         return proc.stdout if proc.returncode == 0 else None
 
     def read_all(self, rel_dir: str, suffix: str) -> dict[str, str]:
@@ -103,11 +157,12 @@ class RemoteSlurmBackend(SlurmBackend):
         job_dir, stage = str(placement.job_dir), placement.stage
         code = stage / layout.CODE
         q = shlex.quote
+        prepare = f"{PRIVATE_JOB_DIR}\nprivate_job_dir {q(self.remote.job_root)} {q(job_dir)}"
         # the previous job's code of this project: files that did not change are hard-linked from it, not sent
         last = f"{self.remote.job_root}/.hpc-code/{_project_key(plan)}"
         sent: dict = {}
         if code.is_dir():
-            sent = _rsync_stats(self.ssh.rsync(str(code), f"{job_dir}/{layout.CODE}", make_dirs=job_dir,
+            sent = _rsync_stats(self.ssh.rsync(str(code), f"{job_dir}/{layout.CODE}", prepare=prepare,
                                                link_dest=last))
         files = io.BytesIO()
         with tarfile.open(fileobj=files, mode="w") as tar:
@@ -115,12 +170,14 @@ class RemoteSlurmBackend(SlurmBackend):
                 if path.name != layout.CODE:
                     tar.add(path, arcname=path.name)
         script = "\n".join([
-            f"mkdir -p {q(job_dir)} && tar -x -C {q(job_dir)} || exit 3",
+            prepare,  # again: a job without code was not rsynced
+            f"tar --no-same-owner -x -C {q(job_dir)} || exit 3",
             # sbatch refused it: no job folder stays behind that no record names
             f"{shlex.join(plan.command)} || {{ rc=$?; rm -rf {q(job_dir)}; exit $rc; }}",
             "date +%s",
-            *([f"mkdir -p {q(last.rsplit('/', 1)[0])} && ln -sfn {q(job_dir + '/' + layout.CODE)} {q(last)}.$$ "
-               f"&& mv -T {q(last)}.$$ {q(last)} || true"] if code.is_dir() else []),
+            *([(f"(umask 077 && mkdir -p {q(last.rsplit('/', 1)[0])}) && "
+                f"ln -sfn {q(job_dir + '/' + layout.CODE)} {q(last)}.$$ && mv -T {q(last)}.$$ {q(last)} || true")]
+              if code.is_dir() else []),
         ])
         proc = self.ssh.shell(script, input=files.getvalue(), check=False, timeout=120)
         out = proc.stdout.decode(errors="replace").strip().splitlines()
@@ -139,29 +196,34 @@ class RemoteSlurmBackend(SlurmBackend):
     def files(self, record: JobRecord) -> RemoteFiles:
         if record.job_dir not in self._files:
             self._files[record.job_dir] = RemoteFiles(self.ssh, record.job_dir)
+            # the record stays here, not in the job folder: a function's results are checked with its key
+            self._files[record.job_dir].result_key = record.result_key
         return self._files[record.job_dir]
 
     def collect(self, records: list[JobRecord]) -> Facts:
         """squeue, sacct and every job folder's own record (exit codes, raw ids, lost nodes, a hang's verdict)
         in one round trip."""
         source = self._accounting_source()
-        ids = ",".join(dict.fromkeys(r.job_id for r in records))
+        ids = shlex.quote(",".join(dict.fromkeys(r.job_id for r in records)))  # checked on load; quoted anyway
         dirs = " ".join(shlex.quote(r.job_dir) for r in records)
-        kinds = (layout.TaskFile.EXIT, layout.TaskFile.JOBID, layout.TaskFile.LOST_NODES)
-        wanted = " ".join([*(f"{layout.TASKS}/*.{k}" for k in kinds), f"{layout.HANG}/*/summary.txt"])
+        kinds = (layout.TaskFile.EXIT, layout.TaskFile.JOBID, layout.TaskFile.LOST_NODES, layout.TaskFile.REASON)
+        # each process's end (which failed first) and the launcher, for `hpc status`'s reasons
+        wanted = " ".join([*(f"{layout.TASKS}/*.{k}" for k in kinds), f"{layout.TASKS}/*.{layout.TaskFile.END}.*",
+                           f"{layout.HANG}/*/summary.txt", layout.RUNTIME_CONFIG])
         epoch = " ".join(EPOCH)
         if source == "dbd":
             sacct = f"{epoch} sacct -X -n -P -j {ids} -o {ACCOUNTING_FIELDS} 2>/dev/null"
         elif source == "jobcomp":
             raw = (f'raw=$(for d in {dirs}; do cat "$d"/{layout.TASKS}/*.{layout.TaskFile.JOBID} 2>/dev/null; '
                    f'done | cut -d" " -f1 | paste -sd, -)')
-            sacct = f'{raw}; {epoch} sacct -c -n -P -j "{ids}${{raw:+,$raw}}" -o {ACCOUNTING_FIELDS} 2>/dev/null'
+            sacct = f'{raw}; {epoch} sacct -c -n -P -j {ids}"${{raw:+,$raw}}" -o {ACCOUNTING_FIELDS} 2>/dev/null'
         else:
             sacct = "true"
         script = "\n".join([
-            f"echo {MARK}squeue; squeue -h -r -j {ids} -o {shlex.quote(QUEUE_FORMAT)} 2>/tmp/.hpc-squeue.$$",
-            f"echo \"{MARK}squeue-status $? $(head -c 300 /tmp/.hpc-squeue.$$ | tr '\\n' ' ')\"; "
-            "rm -f /tmp/.hpc-squeue.$$",
+            # squeue's output goes on to ours (fd 3); its errors are kept in a variable, no file
+            f"echo {MARK}squeue",
+            f"{{ err=$(squeue -h -r -j {ids} -o {shlex.quote(QUEUE_FORMAT)} 2>&1 1>&3); rc=$?; }} 3>&1",
+            f"echo \"{MARK}squeue-status $rc $(printf %s \"$err\" | head -c 300 | tr '\\n' ' ')\"",
             f"echo {MARK}sacct; {sacct}",
             f"for d in {dirs}; do echo \"{MARK}dir $d\"; cd \"$d\" 2>/dev/null || continue",
             # one awk per job folder, however many tasks: file name, a tab, each line
@@ -172,6 +234,8 @@ class RemoteSlurmBackend(SlurmBackend):
         parts = _split(self.ssh.shell(script, timeout=120).stdout.decode(errors="replace"))
         status = next((k for k in parts if k.startswith("squeue-status ")), "squeue-status 0").split(" ", 2)
         if status[1] != "0" and "Invalid job id" not in "".join(status[2:]):
+            if not_answering("".join(status[2:])):  # waits ride this out (hpc.status.wait)
+                raise ControllerDown("".join(status[2:]).strip())
             raise HpcError(f"squeue on {self.ssh.label} failed: {''.join(status[2:]).strip() or status[1]}",
                            fix="check the controller there (scontrol ping)")
         facts = Facts(parse_queue(parts.get("squeue", "")))
