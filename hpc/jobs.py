@@ -256,10 +256,7 @@ def recent(limit: int) -> list[JobRecord]:
 
 
 def array_indices(spec: str) -> list[int]:
-    """'0-99%8', '1,3,5-7', '0-10:2' -> the task ids."""
-    out: list[int] = []
-    for item in spec.split("%")[0].split(","):
-        rng, _, step = item.partition(":")
-        lo, _, hi = rng.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1, int(step or 1)))
-    return out
+    """'0-99%8', '1,3,5-7', '0-10:2' -> the task ids (counted before they are built)."""
+    from hpc.slurm import array_spec
+
+    return array_spec.parse(spec).indices()

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from hpc.errors import HpcError
+from hpc.runtime import excepthook
 from hpc.runtime.state import ProcessState
 from hpc.utils.dataclasses import DistributedType
 
@@ -110,6 +111,7 @@ class PartialState:
     def __init__(self, cpu: bool = False, **kwargs):
         self.__dict__ = self._shared_state
         if "process" not in self._shared_state:
+            excepthook.install()  # from here this is a job's process: a refused setting is one line per rank
             self._shared_state["process"] = _start(cpu, kwargs)
             return
         if cpu and self.device.type != "cpu":

@@ -10,12 +10,15 @@ Each task's overrides reach the script as ``--key=value`` arguments, after the j
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from pathlib import Path
 
+from hpc.config import files
 from hpc.config.profiles import read_yaml
-from hpc.errors import ConfigError, HpcError
+from hpc.errors import MISSING, ConfigError, HpcError, shown
 
+MAX_TASKS = 10_000  # tasks of one sweep; each is an array task, and SLURM's own default limit is 1001
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 
@@ -33,8 +36,8 @@ def _check_override(path: str, key: str, value) -> None:
 def load(path: str | Path) -> list[dict[str, str]]:
     """The overrides of each task, in task order."""
     path = Path(path)
-    if not path.is_file():
-        raise HpcError(f"sweep file {str(path)!r} does not exist", fix="check the --sweep path")
+    if not files.is_file(path):
+        raise HpcError(f"sweep file {shown(str(path))} does not exist", fix="check the --sweep path")
     data = read_yaml(path)
     extra = set(data) - {"grid", "list"}
     if extra or len(data) != 1:
@@ -50,12 +53,20 @@ def load(path: str | Path) -> list[dict[str, str]]:
                 raise ConfigError(str(path), f"grid.{key}", values, "must be a non-empty list", "write [a, b]")
             for v in values:
                 _check_override(str(path), key, v)
+        points = math.prod(len(values) for values in grid.values())
+        if points > MAX_TASKS:  # counted, not built: 1000 x 1000 x 1000 is a billion tasks
+            sizes = " x ".join(str(len(values)) for values in grid.values())
+            raise ConfigError(str(path), "grid", MISSING, f"makes {sizes} = {points} tasks, more than {MAX_TASKS}",
+                              "sweep fewer values per name, or split it into several sweeps")
         keys = list(grid)
         tasks = [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
     else:
         tasks = data["list"]
         if not isinstance(tasks, list) or not tasks or not all(isinstance(t, dict) for t in tasks):
             raise ConfigError(str(path), "list", tasks, "must be a non-empty list of mappings", "write - {lr: 0.1}")
+        if len(tasks) > MAX_TASKS:
+            raise ConfigError(str(path), "list", MISSING, f"holds {len(tasks)} tasks, more than {MAX_TASKS}",
+                              "split it into several sweeps")
         for i, task in enumerate(tasks):
             for key, v in task.items():
                 _check_override(f"{path} list[{i}]", key, v)

@@ -18,7 +18,7 @@ from hpc.backends.base import (
 from hpc.errors import HpcError
 from hpc.jobs import JobRecord
 from hpc.resources import user_cache_dir
-from hpc.slurm import formats, hostlist
+from hpc.slurm import array_spec, formats, hostlist
 from hpc.slurm.commands import Slurm, TaskState, check_fits, require_conf
 
 # How long the job script keeps asking a controller that does not answer (scontrol requeue after the warning
@@ -83,6 +83,10 @@ class SlurmBackend(Backend):
         self.slurm = slurm or Slurm()
 
     def check(self, job, profile, n_sweep: int) -> None:
+        limit = profile.max_array_size or array_spec.DEFAULT_MAX_ARRAY_SIZE
+        if n_sweep > limit:  # a sweep is an array 0-(n-1)
+            raise HpcError(f"the sweep makes {n_sweep} array tasks; the cluster's MaxArraySize is {limit}",
+                           fix="split the sweep, or set max_array_size to the cluster's (slurm.conf MaxArraySize)")
         if job.gpu_ids:
             raise HpcError(f"gpu_ids = {job.gpu_ids}: SLURM gives each job its own GPUs",
                            fix="drop gpu_ids (--gpu_ids), and ask for GPUs with --gpus-per-node")

@@ -8,7 +8,7 @@ import sys
 import click
 
 from hpc import ACCELERATE_API_VERSION, HPC_VERSION
-from hpc.errors import EXIT_USER_ERROR, HpcError
+from hpc.errors import EXIT_USER_ERROR, HpcError, one_line
 
 # name -> (module, attribute, one-line help shown by `hpc --help` without importing the module)
 COMMANDS = {
@@ -65,19 +65,28 @@ def cli():
     """Take a PyTorch training script from one machine to a multi-node SLURM cluster."""
 
 
+def _usage_error(e: click.ClickException) -> str:
+    """click's error as one line: what is wrong, and where the help is (click prints the usage on three)."""
+    message = e.format_message()
+    if isinstance(e, click.exceptions.NoSuchOption):
+        message += " The script's own arguments go after '--': hpc render train.py -- --lr 3e-4"
+    ctx = getattr(e, "ctx", None)
+    if isinstance(e, click.UsageError) and ctx is not None:
+        message = f"{message.rstrip('.')}; fix: see '{ctx.command_path} --help'"
+    return message
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="hpc", standalone_mode=False)
     except HpcError as e:
-        click.echo(f"hpc: error: {e}", err=True)
+        click.echo(f"hpc: error: {one_line(str(e))}", err=True)
         sys.exit(EXIT_USER_ERROR)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
         sys.exit(1)
     except click.ClickException as e:
-        if isinstance(e, click.exceptions.NoSuchOption):
-            e.message += " The script's own arguments go after '--': hpc render train.py -- --lr 3e-4"
-        e.show()
+        click.echo(f"hpc: error: {one_line(_usage_error(e))}", err=True)
         sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)

@@ -10,6 +10,7 @@ import click
 from hpc.cli import accelerate_flags
 from hpc.config import precedence
 from hpc.config.precedence import Effective
+from hpc.errors import shown
 
 # (flag spellings, job key, click kwargs)
 _FLAGS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
@@ -41,7 +42,7 @@ _FLAGS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
     (("--strategy",), "strategy", {"type": click.Choice(["ddp", "fsdp", "deepspeed"]), "help": "How Accelerator spreads the model (other fsdp_*/ZeRO keys: --set or a job file)."}),
     (("--zero-stage", "--zero_stage"), "zero_stage", {"type": click.IntRange(0, 3), "help": "DeepSpeed ZeRO stage (with --strategy deepspeed)."}),
     (("--fsdp-sharding-strategy", "--fsdp_sharding_strategy"), "fsdp_sharding_strategy", {"type": click.Choice(["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"]), "help": "FSDP sharding (with --strategy fsdp)."}),
-    (("--hang-timeout",), "hang_timeout", {"type": click.FloatRange(min=0), "metavar": "SECONDS", "help": "End (or with hang_requeue, requeue) a job whose ranks make no step for this long; 0: off [300]."}),
+    (("--hang-timeout",), "hang_timeout", {"type": float, "metavar": "SECONDS", "help": "End (or with hang_requeue, requeue) a job whose ranks make no step for this long; 0: off [300]."}),
     (("--module", "-m"), "module", {"help": "Run a Python module (python -m MODULE) instead of a script."}),
     (("--cpu-bind",), "cpu_bind", {"help": "srun --cpu-bind for every task, e.g. cores."}),
     (("--resume-args",), "resume_args", {"metavar": "ARGS", "callback": lambda ctx, param, value: _shell_words(value), "help": "A script that resumes itself: the arguments a requeued attempt gets, {checkpoint} standing for its newest verified checkpoint, e.g. '--resume_from_checkpoint {checkpoint}'."}),
@@ -54,7 +55,7 @@ def _shell_words(value: str | None) -> list[str] | None:
     try:
         return shlex.split(value) if value is not None else None
     except ValueError as e:
-        raise click.BadParameter(f"{value!r}: {e}") from None
+        raise click.BadParameter(f"{shown(value)}: {e}") from None
 
 
 class JobCommand(click.Command):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpc.config import accelerate_file, accelerate_settings
-from hpc.errors import HpcError
+from hpc.errors import HpcError, shown
 
 ACCELERATE_DEFAULT_PORT = 29500  # what `accelerate launch` uses when no --main_process_port is given
 
@@ -79,11 +79,12 @@ def check_against_slurm(expected: dict[str, Any], node, nproc_per_agent: int | N
               ("num_processes", world, "the step's tasks x processes per node")]
     for name, actual, source in checks:
         if name in expected and expected[name] != actual:
-            raise HpcError(f"{name} {expected[name]} (a flag or the config file), but SLURM says {actual} ({source})",
+            raise HpcError(f"{name} {shown(expected[name])} (a flag or the config file), but SLURM says {actual} "
+                           f"({source})",
                            fix=f"drop {name}: in a SLURM job hpc takes it from SLURM")
     ip = expected.get("main_process_ip")
     if ip and node.master_addr and not _same_host(str(ip), node.master_addr):
-        raise HpcError(f"main_process_ip {ip} (a flag or the config file) is not the job's first node "
+        raise HpcError(f"main_process_ip {shown(str(ip))} (a flag or the config file) is not the job's first node "
                        f"{node.master_addr}", fix="drop main_process_ip: in a SLURM job hpc takes the first node")
 
 

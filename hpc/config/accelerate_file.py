@@ -10,7 +10,8 @@ import json
 import os
 from pathlib import Path
 
-from hpc.errors import HpcError
+from hpc.config import files
+from hpc.errors import HpcError, shorten, shown
 
 
 def default_path(environ=None) -> Path | None:
@@ -27,19 +28,19 @@ def default_path(environ=None) -> Path | None:
 def read(path: str | Path) -> dict:
     """The file's settings as written (nested mappings kept)."""
     path = Path(path)
-    if not path.is_file():
-        raise HpcError(f"Accelerate config file {str(path)!r} does not exist",
+    if not files.is_file(path):
+        raise HpcError(f"Accelerate config file {shown(str(path))} does not exist",
                        fix="check the --config_file path, or write one with `accelerate config` or `hpc config`")
     if path.suffix != ".json":
         from hpc.config.profiles import read_yaml
 
         return read_yaml(path)  # also refuses a file that is not a mapping
     try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise HpcError(f"cannot read {path}: {e.strerror}", fix="check the path and its permissions") from None
-    except ValueError as e:
-        raise HpcError(f"not valid JSON ({e})", where=str(path), fix="fix the JSON syntax there") from None
+        data = json.loads(files.read_text(path))  # the same size limit as a YAML file's
+    except (ValueError, RecursionError) as e:  # RecursionError: thousands of nested brackets
+        problem = str(e) if isinstance(e, ValueError) else "nested too deeply"
+        raise HpcError(f"not valid JSON ({shorten(problem, 200)})", where=str(path),
+                       fix="fix the JSON syntax there") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -8,13 +8,14 @@ hpc job keys, a note saying what hpc does instead (SLURM already knows the machi
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from hpc.config.accelerate_exports import to_environ  # noqa: F401 - the other direction, for the same callers
-from hpc.errors import ConfigError
+from hpc.errors import ConfigError, shorten
 
 TRUE = {"true", "1", "yes", "on"}
 FALSE = {"false", "0", "no", "off", "none", ""}
@@ -42,7 +43,8 @@ class _Context:
         raise ConfigError(self.where, self.spell(name), value, problem, fix)
 
     def note(self, name: str, value: Any, text: str, *, slurm: bool = False) -> None:
-        (self.out.slurm_notes if slurm else self.out.notes).append(f"{self.where}: {self.spell(name)}={value}: {text}")
+        line = f"{self.where}: {self.spell(name)}={shorten(str(value))}: {text}"
+        (self.out.slurm_notes if slurm else self.out.notes).append(line)
 
 
 def _bool(ctx: _Context, name: str, value: Any) -> bool:
@@ -67,9 +69,19 @@ def _int(ctx: _Context, name: str, value: Any) -> int:
 
 def _float(ctx: _Context, name: str, value: Any) -> float:
     try:
-        return float(str(value).strip())
+        number = float(str(value).strip())
     except ValueError:
         ctx.fail(name, value, "must be a number", "write e.g. 1.0")
+    if not math.isfinite(number) or number < 0:  # nan, inf: no clipping norm or interval means them
+        ctx.fail(name, value, "must be a finite number, 0 or more", "write e.g. 1.0")
+    return number
+
+
+def _seconds(ctx: _Context, name: str, value: Any) -> float:
+    number = _float(ctx, name, value)
+    if number <= 0:
+        ctx.fail(name, value, "must be a positive number of seconds", "write e.g. 5")
+    return number
 
 
 def _upper(ctx: _Context, name: str, value: Any) -> str:
@@ -308,7 +320,7 @@ SETTINGS: dict[str, Callable] = {
     "enable_cpu_affinity": quiet_if(False, note="hpc binds CPUs with the profile's cpu_bind (srun --cpu-bind)"),
     "num_cpu_threads_per_process": key("cpu_threads_per_process", _int),
     "max_restarts": key("max_restarts", _int),
-    "monitor_interval": key("monitor_interval", _float),
+    "monitor_interval": key("monitor_interval", _seconds),
     "module": ignore,
     "no_python": ignore,
     "quiet": ignore,

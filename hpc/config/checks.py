@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+import os
 import re
 
-from hpc.errors import HpcError
-from hpc.slurm import formats, hostlist
+from hpc.errors import HpcError, shown
+from hpc.slurm import array_spec, formats, hostlist
 
 # Values that land on '#SBATCH' lines or in file names: no whitespace, quotes, '$', backticks or ';'.
 _SAFE = re.compile(r"[A-Za-z0-9._,:@+=/%-]+")
@@ -25,6 +27,40 @@ def positive(value: int) -> int:
 def non_negative(value: int) -> int:
     if value < 0:
         raise HpcError("must not be negative", fix="give 0 or more")
+    return value
+
+
+def seconds(value: float) -> float:
+    """A duration (a timeout, an interval): a finite number, 0 meaning off where the key allows it."""
+    if not math.isfinite(value) or value < 0:
+        raise HpcError("is not a finite number of seconds, 0 or more", fix="give seconds, e.g. 300")
+    return value
+
+
+def positive_seconds(value: float) -> float:
+    if not math.isfinite(value) or value <= 0:
+        raise HpcError("is not a finite positive number of seconds", fix="give seconds, e.g. 5")
+    return value
+
+
+def non_negative_number(value: float) -> float:
+    if not math.isfinite(value) or value < 0:
+        raise HpcError("is not a finite number, 0 or more", fix="give e.g. 1.0 (0: off)")
+    return value
+
+
+LOCAL_PROCESSES_PER_CPU = 4
+
+
+def local_processes(value: int) -> int:
+    """Processes started on this machine (the local profile, `hpc launch --nproc`): a typo of a few zeros must not
+    fork a million Pythons."""
+    positive(value)
+    cap = max(8, LOCAL_PROCESSES_PER_CPU * (os.cpu_count() or 1))
+    if value > cap:
+        raise HpcError(f"is more processes than this machine can start (at most {cap}: "
+                       f"{LOCAL_PROCESSES_PER_CPU} per CPU)",
+                       fix=f"ask for at most {cap}, or submit to a cluster profile")
     return value
 
 
@@ -116,14 +152,14 @@ def memory(value: str) -> str:
 def env_names(value: list[str]) -> list[str]:
     for name in value:
         if not _ENV_NAME.fullmatch(name):
-            raise HpcError(f"{name!r} is not an environment variable name", fix="use letters, digits and _")
+            raise HpcError(f"{shown(name)} is not an environment variable name", fix="use letters, digits and _")
     return value
 
 
 def env_values(value: dict[str, str]) -> dict[str, str]:
     for name, text in value.items():
         if not _ENV_NAME.fullmatch(name):
-            raise HpcError(f"{name!r} is not an environment variable name", fix="use letters, digits and _")
+            raise HpcError(f"{shown(name)} is not an environment variable name", fix="use letters, digits and _")
         if _SECRET.search(name):
             raise HpcError(f"{name} looks like a secret; its value would be written into the job script",
                            fix=f"leave it out and list {name} under env_passthrough")
@@ -164,7 +200,7 @@ def module_names(value: list[str]) -> list[str]:
 def sbatch_extra(value: list[str]) -> list[str]:
     for item in value:
         if not re.fullmatch(r"--[a-z][a-z0-9-]*(=[^\s'\"`$;\\]+)?", item):
-            raise HpcError(f"{item!r} is not an sbatch option of the form --key[=value]",
+            raise HpcError(f"{shown(item)} is not an sbatch option of the form --key[=value]",
                            fix="write e.g. --exclusive or --mail-type=END (no spaces, quotes or $)")
     return value
 
@@ -176,15 +212,15 @@ def signal(value: str) -> str:
     return name
 
 
-_ARRAY_ITEM = r"\d+(?:-\d+(?::\d+)?)?"
+def max_array_size(value: int) -> int:
+    if not 1 <= value <= array_spec.LARGEST_MAX_ARRAY_SIZE:
+        raise HpcError(f"is not a SLURM MaxArraySize (1 to {array_spec.LARGEST_MAX_ARRAY_SIZE})",
+                       fix="copy it from `scontrol show config | grep MaxArraySize`")
+    return value
 
 
 def array(value: str) -> str:
-    if not re.fullmatch(rf"{_ARRAY_ITEM}(?:,{_ARRAY_ITEM})*(?:%\d+)?", value):
-        raise HpcError("is not a SLURM array spec", fix="write e.g. 0-99%8 or 1,3,5-7")
-    for lo, hi in re.findall(r"(\d+)-(\d+)", value.split("%")[0]):
-        if int(hi) < int(lo):
-            raise HpcError(f"range {lo}-{hi} runs backwards", fix=f"write {hi}-{lo}")
+    array_spec.parse(value)  # the profile's max_array_size is checked against it once the profile is known
     return value
 
 
@@ -203,7 +239,7 @@ def after(value: list[str]) -> list[str]:
     for item in value:
         m = re.fullmatch(r"(\d+(?:_\d+)?)(?::([a-z]+))?", item)
         if not m or (m.group(2) and m.group(2) not in DEPENDENCY_TYPES):
-            raise HpcError(f"{item!r} is not JOB[:type]",
+            raise HpcError(f"{shown(item)} is not JOB[:type]",
                            fix=f"write e.g. 12345 or 12345:afterany (types: {', '.join(DEPENDENCY_TYPES)})")
         out.append(f"{m.group(1)}:{m.group(2) or 'afterok'}")
     return out

@@ -11,11 +11,11 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from hpc.config import profiles
+from hpc.config import checks, files, profiles
 from hpc.config.schema import PROFILE_DEFAULTS, ClusterProfile, JobSpec, record
 from hpc.config.validate import check_field, field_names, unknown_key_error
-from hpc.errors import ConfigError, HpcError
-from hpc.slurm import formats
+from hpc.errors import ConfigError, HpcError, shown
+from hpc.slurm import array_spec, formats
 
 ENV_PREFIX = "HPC_"
 
@@ -74,8 +74,8 @@ def env_layer(environ: Mapping[str, str] | None = None) -> Layer:
 
 def job_file_layer(path: str | Path, label: str | None = None) -> Layer:
     path = Path(path)
-    if not path.is_file():
-        raise HpcError(f"job file {str(path)!r} does not exist", fix="check the --config path")
+    if not files.is_file(path):
+        raise HpcError(f"job file {shown(str(path))} does not exist", fix="check the --config path")
     data = profiles.read_yaml(path)
     for key, value in data.items():
         if key not in field_names(JobSpec):
@@ -265,6 +265,16 @@ def _check_against_profile(job: JobSpec, profile: ClusterProfile, located: dict[
             fail("elastic", "needs the torchrun launcher", "add --launcher torchrun")
         if not lo <= job.nodes <= hi:
             fail("nodes", f"is outside the elastic range {job.elastic}", f"ask for between {lo} and {hi} nodes")
+    if job.array and profile.scheduler == "slurm":  # the local scheduler refuses arrays itself
+        try:
+            array_spec.parse(job.array, profile.max_array_size or array_spec.DEFAULT_MAX_ARRAY_SIZE)
+        except HpcError as e:
+            fail("array", e.problem, e.fix)
+    if profile.scheduler == "local" and job.nproc_per_node:
+        try:
+            checks.local_processes(job.nproc_per_node)
+        except HpcError as e:
+            fail("nproc_per_node", e.problem, e.fix)
     if job.array and job.sweep:
         fail("sweep", "cannot be combined with --array (a sweep is an array of its own)", "drop one of them")
     if job.offload_param and job.strategy == "deepspeed" and job.zero_stage != 3:

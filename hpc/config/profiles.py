@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
+from hpc.config import files, safe_yaml
 from hpc.config.schema import ClusterProfile
 from hpc.config.validate import build, check_field, field_names, unknown_key_error
-from hpc.errors import ConfigError, HpcError
-from hpc.resources import search_path
+from hpc.errors import ConfigError, HpcError, shorten, shown
+from hpc.resources import builtin_dir, note_once, search_path
 
 DEFAULT_PROFILE = "local"
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built in: parsing is 10x faster
+MAX_EXTENDS_DEPTH = 16  # profiles along one 'extends' chain; real sites use two or three
 _MERGED_MAPPINGS = ("env", "container", "preemption")  # merged key by key along extends; the rest replace
 
 
@@ -26,31 +25,30 @@ def find(ref: str, relative_to: Path | None = None) -> Path:
         path = Path(ref).expanduser()
         if not path.is_absolute() and relative_to is not None:
             path = relative_to / path
-        if not path.is_file():
-            raise HpcError(f"profile file {ref!r} does not exist", fix="check the path")
+        if not files.is_file(path):
+            raise HpcError(f"profile file {shown(ref)} does not exist", fix="check the path")
         return path
     dirs = ([relative_to] if relative_to is not None else []) + search_path("cluster_configs")
     for d in dirs:
         for suffix in (".yaml", ".yml"):
             candidate = d / f"{ref}{suffix}"
-            if candidate.is_file():
+            if files.is_file(candidate):
+                _note_if_shadowing(candidate, ref)
                 return candidate
-    raise HpcError(f"no profile named {ref!r}",
+    raise HpcError(f"no profile named {shown(ref)}",
                    fix=f"run 'hpc profile list', or give a path; searched {', '.join(str(d) for d in dirs)}")
 
 
+def _note_if_shadowing(found: Path, name: str) -> None:
+    """`./cluster_configs/local.yaml` replaces the built-in default profile: say so, once, rather than silently."""
+    builtin = builtin_dir("cluster_configs")
+    replaced = any((builtin / f"{name}{suffix}").is_file() for suffix in (".yaml", ".yml"))
+    if replaced and found.parent.resolve() != builtin.resolve():
+        note_once(f"hpc: note: profile {found} takes the place of the built-in {name!r}")
+
+
 def read_yaml(path: Path) -> dict:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise HpcError(f"cannot read {path}: {e.strerror}", fix="check the path and its permissions") from None
-    try:
-        data = yaml.load(text, Loader=_LOADER)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        problem = getattr(e, "problem", None) or "invalid YAML"
-        raise HpcError(f"not valid YAML ({problem})", where=where, fix="fix the YAML syntax there") from None
+    data = safe_yaml.load(path)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -58,29 +56,48 @@ def read_yaml(path: Path) -> dict:
     return data
 
 
-def _raw(path: Path, chain: tuple[Path, ...]) -> tuple[dict, dict[str, Path]]:
+def _chain(path: Path) -> list[tuple[Path, dict]]:
+    """The profile and its ancestors along ``extends``, child first, each with its keys (``extends`` taken out).
+
+    A loop, not recursion: a long chain is an error naming it, not a RecursionError."""
+    chain: list[tuple[Path, dict]] = []
+    seen: list[Path] = []
+    while True:
+        resolved = path.resolve()
+        if resolved in seen:
+            cycle = " -> ".join(str(p) for p in (*seen, resolved))
+            raise HpcError(f"'extends' forms a cycle: {shorten(cycle, 1000)}", where=str(path),
+                           fix="remove one of the 'extends' keys")
+        if len(seen) == MAX_EXTENDS_DEPTH:
+            names = " -> ".join(p.stem for p in seen[:4]) + " -> ... -> " + seen[-1].stem
+            raise HpcError(f"'extends' goes more than {MAX_EXTENDS_DEPTH} levels deep ({names})",
+                           where=str(chain[0][0]),
+                           fix="let a profile extend one that extends no further, or a few levels of them")
+        seen.append(resolved)
+        data = read_yaml(path)
+        chain.append((path, data))
+        parent_ref = data.pop("extends", None)
+        if parent_ref is None:
+            return chain
+        if not isinstance(parent_ref, str):
+            raise ConfigError(str(path), "extends", parent_ref, "must be a profile name or path", "write extends: base")
+        try:
+            path = find(parent_ref, relative_to=path.parent)
+        except HpcError as e:
+            raise ConfigError(str(path), "extends", parent_ref, "names no profile", e.fix) from None
+
+
+def _raw(path: Path) -> tuple[dict, dict[str, Path]]:
     """The profile's keys merged over its ancestors', and which file each top-level key came from."""
-    resolved = path.resolve()
-    if resolved in chain:
-        cycle = " -> ".join(str(p) for p in (*chain, resolved))
-        raise HpcError(f"'extends' forms a cycle: {cycle}", where=str(path), fix="remove one of the 'extends' keys")
-    data = read_yaml(path)
-    parent_ref = data.pop("extends", None)
-    if parent_ref is None:
-        return data, {k: path for k in data}
-    if not isinstance(parent_ref, str):
-        raise ConfigError(str(path), "extends", parent_ref, "must be a profile name or path", "write extends: base")
-    try:
-        parent_path = find(parent_ref, relative_to=path.parent)
-    except HpcError as e:
-        raise ConfigError(str(path), "extends", parent_ref, "names no profile", e.fix) from None
-    merged, origin = _raw(parent_path, (*chain, resolved))
-    for key, value in data.items():
-        if key in _MERGED_MAPPINGS and isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
-        else:
-            merged[key] = value
-        origin[key] = path
+    merged: dict = {}
+    origin: dict[str, Path] = {}
+    for file, data in reversed(_chain(path)):
+        for key, value in data.items():
+            if key in _MERGED_MAPPINGS and isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+            origin[key] = file
     return merged, origin
 
 
@@ -90,7 +107,7 @@ def load(ref: str | None = None) -> tuple[ClusterProfile, Path, dict[str, Path]]
     Errors name the file that holds the offending key, also when an ancestor holds it.
     """
     path = find(ref or DEFAULT_PROFILE)
-    data, origin = _raw(path, ())
+    data, origin = _raw(path)
     data.setdefault("name", path.stem)
     origin.setdefault("name", path)
     # validate key by key first so an error names the file the key came from, not the child's

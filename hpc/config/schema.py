@@ -78,6 +78,8 @@ class ClusterProfile(TrainingSettings, _Repr):
     constraint: str | None = _check(checks.constraint, default=None)
     reservation: str | None = _check(checks.safe_value, default=None)
     max_nodes: int | None = _check(checks.positive, default=None)
+    # slurm.conf's MaxArraySize (array indices stay below it); None: SLURM's default, 1001
+    max_array_size: int | None = _check(checks.max_array_size, default=None)
     gpus_per_node: int = _check(checks.non_negative, default=0)
     gpu_type: str | None = _check(checks.safe_value, default=None)
     gpu_memory: str | None = _check(checks.memory, default=None)  # one GPU's memory, for estimate-memory
@@ -155,7 +157,7 @@ class JobSpec(TrainingSettings, _Repr):
     main_process_port: int | None = _check(checks.port, default=None)  # rendezvous port (default: from the job id)
     elastic: str | None = _check(checks.elastic, default=None)
     max_restarts: int = _check(checks.non_negative, default=0)
-    monitor_interval: float | None = None  # seconds between torchrun's checks of its workers
+    monitor_interval: float | None = _check(checks.positive_seconds, default=None)  # between torchrun's checks
     array: str | None = _check(checks.array, default=None)
     sweep: str | None = None
     after: list[str] = _check(checks.after, default_factory=list)

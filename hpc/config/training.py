@@ -37,7 +37,7 @@ class TrainingSettings:
     offload_optimizer: bool | None = None
     offload_param: bool | None = None
     deepspeed_config: str | None = field(metadata={"check": checks.safe_value}, default=None)  # a JSON file
-    gradient_clipping: float | None = None
+    gradient_clipping: float | None = field(metadata={"check": checks.non_negative_number}, default=None)
     # the Accelerator: CPU even where there are GPUs; collectives check that ranks agree on shapes (debug)
     use_cpu: bool | None = None
     debug: bool | None = None
@@ -55,7 +55,7 @@ class TrainingSettings:
     checkpoint_fsync: bool | None = None
     # hang watchdog: no step for this many seconds (0: off; default 300 in a job) -> every rank's stack in the
     # logs, the stuck ranks named, the job ended, or requeued with hang_requeue
-    hang_timeout: float | None = field(metadata={"check": checks.non_negative}, default=None)
+    hang_timeout: float | None = field(metadata={"check": checks.seconds}, default=None)
     hang_requeue: bool | None = None
     # a script that resumes itself (transformers' and diffusers' `--resume_from_checkpoint PATH`): the arguments
     # a requeued attempt gets, "{checkpoint}" standing for the newest verified checkpoint the script saved (or

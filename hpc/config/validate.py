@@ -34,8 +34,9 @@ def field_names(cls: type) -> list[str]:
     return list(_fields(cls))
 
 
-def unknown_key_error(source: str, key: str, value: object, known: list[str]) -> ConfigError:
-    close = difflib.get_close_matches(key.rsplit(".", 1)[-1].removeprefix("--set "), known, n=1)
+def unknown_key_error(source: str, key: object, value: object, known: list[str]) -> ConfigError:
+    key = str(key)  # YAML reads `1: x` as an int key
+    close = difflib.get_close_matches(key.rsplit(".", 1)[-1].removeprefix("--set ")[:100], known, n=1)
     fix = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(known))}"
     return ConfigError(source, key, value, "unknown key", fix)
 
@@ -147,13 +148,8 @@ def check_field(cls: type, name: str, value: Any, source: str, display_key: str,
         except ConfigError:
             raise
         except HpcError as e:
-            raise ConfigError(source, display_key, value, _problem(e), e.fix) from None
+            raise ConfigError(source, display_key, value, e.problem, e.fix) from None
     return value
-
-
-def _problem(e: HpcError) -> str:
-    text = str(e)
-    return text.split("; fix: ")[0] if e.fix else text
 
 
 def build(cls: type, data: dict, source: str, prefix: str = ""):

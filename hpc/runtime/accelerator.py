@@ -27,7 +27,7 @@ import torch.distributed as dist
 from hpc import layout, runtime_config
 from hpc.config import accelerate_settings
 from hpc.errors import HpcError
-from hpc.runtime import model_files, ops, preemption
+from hpc.runtime import excepthook, model_files, ops, preemption
 from hpc.runtime.nest import all_tensors
 from hpc.runtime.checkpoint import notices
 from hpc.runtime.checkpoint.checkpointer import Checkpointer
@@ -147,6 +147,7 @@ class Accelerator:
                  checkpoint_async: bool | None = None, checkpoint_fsync: bool | None = None):
         """Accelerate 1.15's keywords, in its order (hpc's own after `*`). What hpc cannot honour is refused by
         name rather than ignored."""
+        excepthook.install()  # a refusal below is one line per rank, not a traceback on each
         _refuse_unsupported(torch_tp_plugin=torch_tp_plugin, megatron_lm_plugin=megatron_lm_plugin,
                             deepspeed_plugins=deepspeed_plugins, parallelism_config=parallelism_config)
         if not device_placement:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable
 
-from hpc.errors import HpcError
+from hpc.errors import HpcError, shown
 
 
 class KwargsHandler:
@@ -52,8 +52,6 @@ class DistributedDataParallelKwargs(KwargsHandler):
         wrapper = DDPCommunicationHookType(self.comm_wrapper) if self.comm_wrapper else DDPCommunicationHookType.NO
         wants_bf16 = DDPCommunicationHookType.BF16 in (kind, wrapper)
         if wants_bf16 and model.device_ids is None:  # torch's bf16 hooks exist for NCCL only
-            from hpc.errors import HpcError
-
             raise HpcError("the bf16 communication hook needs GPUs with NCCL; this job runs on the CPU (gloo)",
                            fix="use DDPCommunicationHookType.FP16 on the CPU, or no hook")
         compressors = {DDPCommunicationHookType.FP16: default_hooks.fp16_compress_hook,
@@ -121,7 +119,7 @@ class ProfileKwargs(KwargsHandler):
         kinds = {"cpu": torch.profiler.ProfilerActivity.CPU, "cuda": torch.profiler.ProfilerActivity.CUDA}
         unknown = [a for a in names if a not in kinds]
         if unknown:
-            raise HpcError(f"ProfileKwargs(activities={names!r}): {unknown[0]!r} is not profiled here",
+            raise HpcError(f"ProfileKwargs(activities={shown(names)}): {shown(unknown[0])} is not profiled here",
                            fix="use cpu and cuda")
         schedule = torch.profiler.schedule(**self.schedule_option) if self.schedule_option else None
         on_ready = self.on_trace_ready

@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from itertools import product
 
-from hpc.errors import HpcError
+from hpc.errors import HpcError, shown
 
-_MAX_HOSTS = 1_000_000  # a typo like node[1-99999999] must fail fast, not eat memory
+MAX_HOSTS = 100_000  # far above any SLURM cluster; a typo like node[1-99999999] must fail fast, not eat memory
+_MAX_DIGITS = 18  # a host number wider than this is a typo (and int() of thousands of digits is refused)
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -21,61 +22,78 @@ def _split_top_level(text: str) -> list[str]:
         if ch == "[":
             depth += 1
             if depth > 1:
-                raise HpcError(f"hostlist {text!r}: nested '['", fix="write ranges like node[1-4,7]")
+                raise HpcError(f"hostlist {shown(text)}: nested '['", fix="write ranges like node[1-4,7]")
         elif ch == "]":
             depth -= 1
             if depth < 0:
-                raise HpcError(f"hostlist {text!r}: ']' without '['", fix="balance the brackets")
+                raise HpcError(f"hostlist {shown(text)}: ']' without '['", fix="balance the brackets")
         elif ch == "," and depth == 0:
             parts.append(text[start:i])
             start = i + 1
     if depth:
-        raise HpcError(f"hostlist {text!r}: '[' without ']'", fix="balance the brackets")
+        raise HpcError(f"hostlist {shown(text)}: '[' without ']'", fix="balance the brackets")
     parts.append(text[start:])
     return parts
 
 
-def _expand_range(spec: str, whole: str) -> list[str]:
-    out: list[str] = []
+def _parse_ranges(spec: str, whole: str) -> list[tuple[int, int, int]]:
+    """``"1-4,07"`` -> [(lo, hi, zero-padded width)], nothing expanded yet."""
+    out = []
     for item in spec.split(","):
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", item.strip())
+        m = re.fullmatch(rf"(\d{{1,{_MAX_DIGITS}}})(?:-(\d{{1,{_MAX_DIGITS}}}))?", item.strip())
         if not m:
-            raise HpcError(f"hostlist {whole!r}: bad range {item!r}", fix="use digits like 1-4 or 007")
+            raise HpcError(f"hostlist {shown(whole)}: bad range {shown(item)}", fix="use digits like 1-4 or 007")
         lo_s, hi_s = m.group(1), m.group(2) or m.group(1)
         lo, hi = int(lo_s), int(hi_s)
         if hi < lo:
-            raise HpcError(f"hostlist {whole!r}: range {item!r} runs backwards", fix=f"write {hi_s}-{lo_s}")
-        if hi - lo >= _MAX_HOSTS:
-            raise HpcError(f"hostlist {whole!r}: range {item!r} is too large", fix="check the numbers")
+            raise HpcError(f"hostlist {shown(whole)}: range {shown(item)} runs backwards", fix=f"write {hi_s}-{lo_s}")
         width = len(lo_s) if lo_s.startswith("0") or len(lo_s) == len(hi_s) else 0
-        out.extend(str(n).zfill(width) for n in range(lo, hi + 1))
+        out.append((lo, hi, width))
     return out
 
 
+def _too_many(hostlist: str) -> HpcError:
+    return HpcError(f"hostlist {shown(hostlist)}: more than {MAX_HOSTS} hosts", fix="check the ranges")
+
+
 def expand(hostlist: str) -> list[str]:
-    """``"node[1-3],login"`` -> ``["node1", "node2", "node3", "login"]``."""
+    """``"node[1-3],login"`` -> ``["node1", "node2", "node3", "login"]``.
+
+    The hosts a part names are counted (ranges multiplied) before any is built, so ``n[0-999999][0-999999]`` is
+    refused at once."""
     text = hostlist.strip()
     if not text:
         return []
     if any(c.isspace() for c in text):
-        raise HpcError(f"hostlist {hostlist!r}: contains whitespace", fix="separate hosts with commas only")
+        raise HpcError(f"hostlist {shown(hostlist)}: contains whitespace", fix="separate hosts with commas only")
+    parts = _split_top_level(text)
+    if len(parts) > MAX_HOSTS:
+        raise _too_many(hostlist)
     hosts: list[str] = []
-    for part in _split_top_level(text):
+    for part in parts:
         if not part:
-            raise HpcError(f"hostlist {hostlist!r}: empty host name", fix="remove the doubled or trailing comma")
+            raise HpcError(f"hostlist {shown(hostlist)}: empty host name", fix="remove the doubled or trailing comma")
         pieces = re.split(r"\[([^\]]*)\]", part)
         if len(pieces) > 1 and pieces[-1]:
-            raise HpcError(f"hostlist {hostlist!r}: text after the last ']' in {part!r}",
+            raise HpcError(f"hostlist {shown(hostlist)}: text after the last ']' in {shown(part)}",
                            fix="SLURM allows no suffix after a range; list such hosts one by one")
-        # pieces alternates literal, range, literal, range, ..., literal
-        choices = [[p] if i % 2 == 0 else _expand_range(p, hostlist) for i, p in enumerate(pieces)]
         if not re.fullmatch(r"[A-Za-z0-9._-]+", "".join(pieces[::2]) or "x"):
-            raise HpcError(f"hostlist {hostlist!r}: bad character in {part!r}",
+            raise HpcError(f"hostlist {shown(hostlist)}: bad character in {shown(part)}",
                            fix="host names hold letters, digits, '.', '_' and '-'")
+        # pieces alternates literal, range, literal, range, ..., literal
+        groups = [_parse_ranges(p, hostlist) for p in pieces[1::2]]
+        count = 1
+        for ranges in groups:
+            count *= sum(hi - lo + 1 for lo, hi, _ in ranges)
+            if len(hosts) + count > MAX_HOSTS:
+                raise _too_many(hostlist)
+        choices = [[p] if i % 2 == 0 else _numbers(groups[i // 2]) for i, p in enumerate(pieces)]
         hosts.extend("".join(combo) for combo in product(*choices))
-        if len(hosts) > _MAX_HOSTS:
-            raise HpcError(f"hostlist {hostlist!r}: more than {_MAX_HOSTS} hosts", fix="check the ranges")
     return hosts
+
+
+def _numbers(ranges: list[tuple[int, int, int]]) -> list[str]:
+    return [str(n).zfill(width) for lo, hi, width in ranges for n in range(lo, hi + 1)]
 
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)(\D*)$")
