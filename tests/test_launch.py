@@ -32,6 +32,10 @@ def test_nproc_starts_local_ranks(project):
     ranks = dumps(project)
     assert [r["env"]["RANK"] for r in ranks] == ["0", "1"] and {r["env"]["WORLD_SIZE"] for r in ranks} == {"2"}
     assert all(r["argv"] == ["--lr", "it's"] for r in ranks)
+    # its throw-away job folder (a private mkdtemp) goes with the job; the ranks never see that it is one
+    job_dir = {r["env"]["HPC_JOB_DIR"] for r in ranks}.pop()
+    assert Path(job_dir).name.startswith("hpc-launch-") and not os.path.exists(job_dir)
+    assert not any(r["env"]["HPC_THROWAWAY_JOB_DIR"] for r in ranks)
 
 
 def test_a_single_process_runs_leftover_variables_do_not_swallow_nproc(project):

@@ -21,7 +21,7 @@ import tempfile
 import click
 
 from hpc.cli import accelerate_flags
-from hpc.errors import HpcError
+from hpc.errors import HpcError, shown
 
 
 def _python_target(module: bool, no_python: bool, target: str, args: tuple[str, ...]) -> list[str]:
@@ -70,7 +70,10 @@ def launch(nproc, launcher, elastic, as_module, quiet_short, target, args, **acc
     max_restarts = request.values.get("max_restarts", config.get("max_restarts", 0))
     elastic = elastic or config.get("elastic")
     if elastic:
-        checks.elastic(elastic)
+        try:
+            checks.elastic(elastic)
+        except HpcError as e:
+            raise HpcError(f"--elastic {shown(elastic)} {e.problem}", fix=e.fix) from None
     machines = request.values.get("nodes")
     total = request.values.get("num_processes")
     if nproc is None and total:
@@ -79,6 +82,11 @@ def launch(nproc, launcher, elastic, as_module, quiet_short, target, args, **acc
                            fix="give a multiple of --num_machines")
         nproc = total // (machines or 1)
     asked = nproc  # by the command line or a config file, not by the job this may run in
+    if asked is not None:
+        try:
+            checks.local_processes(asked)
+        except HpcError as e:
+            raise HpcError(f"--nproc {asked} {e.problem}", fix=e.fix) from None
     nproc = nproc or config.get("nproc_per_node")
     launcher = launcher or config.get("launcher") or "srun"
     os.environ.update(request.environ)
@@ -144,6 +152,7 @@ def _local_processes(nproc, as_module, no_python, target, args, values) -> list[
         flags["launcher"] = "torchrun"  # restarts and their monitoring are torchrun's agent's
     effective = precedence.resolve("local", [precedence.flag_layer(flags)])
     job_dir = tempfile.mkdtemp(prefix="hpc-launch-")
+    os.environ["HPC_THROWAWAY_JOB_DIR"] = job_dir  # the job script removes it as it ends
     plan = backends.for_profile(effective.profile).plan(effective, job_dir, workdir=os.getcwd())
     plan.materialize()
     return plan.command

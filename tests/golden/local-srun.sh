@@ -13,6 +13,9 @@ export MASTER_PORT="${MASTER_PORT:-$(( $$ % 4536 + 61000 ))}"
 # A requeue, as on a cluster: a rank that checkpointed on the warning signal leaves HPC_REQUEUE_FILE,
 # and the processes run again (HPC_RESTART_COUNT counts the rounds) until none asks for it.
 mkdir -p "$HPC_JOB_DIR/tasks"
+# `hpc launch` runs this from a throw-away folder of its own: it goes when the job does
+if [ "${HPC_THROWAWAY_JOB_DIR:-}" = "$HPC_JOB_DIR" ]; then trap 'rm -rf -- "$HPC_JOB_DIR"' EXIT; fi
+unset HPC_THROWAWAY_JOB_DIR
 export HPC_TASK=0 HPC_STOP_FILE="$HPC_JOB_DIR/tasks/0.stop" HPC_REQUEUE_FILE="$HPC_JOB_DIR/tasks/0.requeue" HPC_RESTART_COUNT="${HPC_RESTART_COUNT:-0}"
 # why the job ended without its work done, a line each (`hpc status` shows it)
 reason_file="$HPC_JOB_DIR/tasks/0.reason"
