@@ -28,7 +28,7 @@ from hpc.errors import HpcError
 from hpc.render import render
 from hpc.resources import builtin_dir
 from hpc.ssh import Ssh
-from tests.conftest import SLURM_LOCAL
+from tests.conftest import SLURM_LOCAL, hpc_cmd
 from tests.jobhelpers import hpc, launch_env
 
 NOBODY = 65534
@@ -419,6 +419,22 @@ def test_a_template_taking_a_builtins_place_is_noted_and_renders_the_same(in_tmp
     notes = [line for line in capsys.readouterr().err.splitlines() if "takes the place" in line]
     copied = in_tmp / "job_templates" / "_prelude.j2"
     assert notes == [f"hpc: note: job template {copied} takes the place of the built-in _prelude.j2"]
+
+
+def test_a_profile_taking_a_builtins_place_is_noted(in_tmp):
+    """`./cluster_configs/local.yaml` used to replace the embedded default without a word."""
+    (in_tmp / "cluster_configs").mkdir()
+    (in_tmp / "cluster_configs" / "local.yaml").write_text("name: local\nscheduler: local\n")
+    (in_tmp / "train.py").write_text("")
+    proc = subprocess.run(hpc_cmd("render", "train.py"), cwd=in_tmp, capture_output=True, text=True, timeout=60,
+                          env={**os.environ})
+    assert proc.returncode == 0, proc.stderr
+    mine = in_tmp / "cluster_configs" / "local.yaml"
+    assert f"hpc: note: profile {mine} takes the place of the built-in 'local'" in proc.stderr.splitlines()
+    (in_tmp / "cluster_configs" / "mine.yaml").write_text("extends: local\n")  # a new name replaces nothing
+    proc = subprocess.run(hpc_cmd("render", "-p", "mine", "train.py"), cwd=in_tmp, capture_output=True, text=True,
+                          timeout=60, env={**os.environ})
+    assert proc.returncode == 0 and "mine.yaml takes the place" not in proc.stderr, proc.stderr
 
 
 def test_templates_in_a_folder_another_user_owns_are_ignored(in_tmp, capsys):
