@@ -1,7 +1,16 @@
 """`accelerate.tracking` as hpc spells it: the tracker base class and the built-in trackers."""
 
-from hpc.runtime.tracking import (AimTracker, ClearMLTracker, CometMLTracker, DVCLiveTracker,  # noqa: F401
-                                  GeneralTracker, JsonlTracker, MLflowTracker, TensorBoardTracker, WandBTracker)
+from hpc.runtime.tracking import (
+    AimTracker,
+    ClearMLTracker,
+    CometMLTracker,
+    DVCLiveTracker,
+    GeneralTracker,
+    JsonlTracker,
+    MLflowTracker,
+    TensorBoardTracker,
+    WandBTracker,
+)
 
 __all__ = ["AimTracker", "ClearMLTracker", "CometMLTracker", "DVCLiveTracker", "GeneralTracker", "JsonlTracker",
            "MLflowTracker", "TensorBoardTracker", "WandBTracker"]

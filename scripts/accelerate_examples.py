@@ -174,8 +174,7 @@ def snapshot(hub: Path, repo: str, kind: str = "models") -> Path:
 
 def build_models(hub: Path, words: list[str]) -> None:
     import torch
-    from transformers import (BertConfig, BertForSequenceClassification, BertTokenizerFast, LlamaConfig,
-                              LlamaForCausalLM)
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     vocab = hub / "vocab.txt"

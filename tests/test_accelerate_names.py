@@ -263,8 +263,15 @@ def test_single_process_state(single):
 
 
 def test_single_process_collectives(single):
-    from hpc.utils import (broadcast_object_list, concatenate, find_batch_size, gather, gather_object, reduce,
-                           send_to_device)
+    from hpc.utils import (
+        broadcast_object_list,
+        concatenate,
+        find_batch_size,
+        gather,
+        gather_object,
+        reduce,
+        send_to_device,
+    )
 
     t = torch.tensor([1.0, 2.0])
     assert gather(t) is t and gather_object([1, 2]) == [1, 2] and broadcast_object_list(["a"], 0) == ["a"]

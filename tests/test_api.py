@@ -91,8 +91,7 @@ def test_the_warning_signal_before_an_accelerator_requeues_what_checkpoint_asks_
     import signal
     import time
 
-    from tests.jobhelpers import Resumable
-    from tests.jobhelpers import local_script_process
+    from tests.jobhelpers import Resumable, local_script_process
 
     started = project / "started"
     job = hpc.submit(Resumable(), 0, str(started), profile="local", nproc_per_node=2)

@@ -5,7 +5,6 @@ import subprocess
 import sys
 import textwrap
 
-
 SCRIPT = textwrap.dedent("""
     import json, os, sys
     from hpc import Accelerator, debug_launcher, notebook_launcher

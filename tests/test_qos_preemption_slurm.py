@@ -17,8 +17,15 @@ import pytest
 
 from tests.conftest import SLURM_LOCAL, _why_no_slurm
 from tests.jobhelpers import hpc, status
-from tests.test_cluster_failures_slurm import (HELD, SPEC, _progress, _wait_results, _wait_until,
-                                              assert_preempted_once_and_resumed, exclusive_profile)
+from tests.test_cluster_failures_slurm import (
+    HELD,
+    SPEC,
+    _progress,
+    _wait_results,
+    _wait_until,
+    assert_preempted_once_and_resumed,
+    exclusive_profile,
+)
 from tests.test_preemption_slurm import Job, _start_straight_runs, _straight_results, make_project
 
 pytestmark = pytest.mark.slurm

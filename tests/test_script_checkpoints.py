@@ -61,7 +61,6 @@ def test_the_batch_scripts_command_prints_the_folder_without_importing_torch(tmp
 
 def test_version_gated_scripts_see_the_accelerate_api_level():
     import tomllib
-
     from packaging.version import Version
 
     import hpc

@@ -6,12 +6,9 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
-
-import pytest
 
 from hpc import backends
 from hpc.config import precedence as p

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
 import gc
 import os
 import signal
@@ -27,25 +26,29 @@ import torch.distributed as dist
 from hpc import layout, runtime_config
 from hpc.config import accelerate_settings
 from hpc.errors import HpcError
-from hpc.runtime import excepthook, model_files, ops, preemption
-from hpc.runtime.nest import all_tensors
+from hpc.runtime import excepthook, model_files, ops, preemption, tracking
 from hpc.runtime.checkpoint import notices
 from hpc.runtime.checkpoint.checkpointer import Checkpointer
+from hpc.runtime.checkpoint.store import MIN_KEEP, CheckpointStore
 from hpc.runtime.compile import Compile, TorchDynamoPlugin
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
-from hpc.runtime.checkpoint.store import MIN_KEEP, CheckpointStore
 from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
 from hpc.runtime.deepspeed_dummies import DummyOptim, DummyScheduler, EngineScheduler
-from hpc.runtime.handlers import (AutocastKwargs, DistributedDataParallelKwargs, GradScalerKwargs,
-                                  InitProcessGroupKwargs, ProfileKwargs)
 from hpc.runtime.gradient_state import GradientState
+from hpc.runtime.handlers import (
+    AutocastKwargs,
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    ProfileKwargs,
+)
+from hpc.runtime.nest import all_tensors
 from hpc.runtime.pace import Pace
 from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from hpc.runtime.precision import Precision, normalize
 from hpc.runtime.state import ProcessState
-from hpc.runtime.strategies import choose, plugin_strategy
-from hpc.runtime import tracking
 from hpc.runtime.stop_vote import StopVote
+from hpc.runtime.strategies import choose, plugin_strategy
 from hpc.runtime.training_state import TrainingState
 from hpc.runtime.watchdog import HangWatchdog
 from hpc.runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler

@@ -9,9 +9,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from hpc.errors import HpcError
-
 from hpc import env as hpc_env
+from hpc.errors import HpcError
 
 
 @dataclass

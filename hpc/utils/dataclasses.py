@@ -9,8 +9,15 @@ import enum
 
 from hpc.runtime.compile import TorchDynamoPlugin
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
-from hpc.runtime.handlers import (AutocastKwargs, DDPCommunicationHookType, DistributedDataParallelKwargs,
-                                  GradScalerKwargs, InitProcessGroupKwargs, KwargsHandler, ProfileKwargs)
+from hpc.runtime.handlers import (
+    AutocastKwargs,
+    DDPCommunicationHookType,
+    DistributedDataParallelKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+    ProfileKwargs,
+)
 from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 
 

@@ -14,8 +14,8 @@ import torch.distributed as dist
 
 from hpc.errors import HpcError
 from hpc.runtime import ops
-from hpc.runtime.nest import honor_type, is_namedtuple, is_torch_tensor, recursively_apply
 from hpc.runtime.data import send_to_device  # noqa: F401 - the prepared loader's, public here as in Accelerate
+from hpc.runtime.nest import honor_type, is_namedtuple, is_torch_tensor, recursively_apply
 from hpc.runtime.ops import DistributedOperationException  # noqa: F401 - raised by the debug-mode shape check
 
 __all__ = ["DistributedOperationException", "broadcast", "broadcast_object_list", "concatenate",

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from hpc.runtime.handlers import DistributedDataParallelKwargs
