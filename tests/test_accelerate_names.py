@@ -411,13 +411,13 @@ def test_local_sgd_is_off_with_one_process(single):
     accelerator.end_training()
 
 
-def test_every_name_the_readme_table_lists_as_there_imports_from_hpc():
+def test_every_name_the_porting_table_lists_as_there_imports_from_hpc():
     import importlib
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("### Porting from Accelerate", 1)[1].split("\n### ", 1)[0]
+    page = (Path(__file__).resolve().parent.parent / "docs" / "training.md").read_text()
+    section = page.split("## Porting from Accelerate", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1:4] for line in section.splitlines() if line.startswith("| `accelerate")]
     assert len(rows) == 8
     for module_cell, there, _ in rows:

@@ -61,7 +61,7 @@ def param(setting: str) -> str:
 
 
 CONFIG_FILE_HELP = ("An Accelerate config file (as `accelerate config` writes it); `accelerate launch`'s other flags "
-                    "are accepted too (README: Coming from Accelerate).")
+                    "are accepted too (docs/launch.md).")
 
 
 def options() -> Callable:

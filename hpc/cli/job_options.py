@@ -59,7 +59,7 @@ def _shell_words(value: str | None) -> list[str] | None:
 
 
 class JobCommand(click.Command):
-    """A command taking job flags: `accelerate launch`'s flags come off the command line first (the README lists
+    """A command taking job flags: `accelerate launch`'s flags come off the command line first (docs/launch.md lists
     them; --help shows only --config_file), then click parses the rest."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:

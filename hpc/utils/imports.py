@@ -73,7 +73,7 @@ def is_fp16_available() -> bool:
 
 def is_fp8_available() -> bool:
     """fp8 needs a GPU with fp8 tensor cores (compute capability 8.9 or newer) and a library hpc does not drive
-    yet; hpc refuses mixed_precision="fp8" (README: Porting from Accelerate)."""
+    yet; hpc refuses mixed_precision="fp8" (docs/training.md: Porting from Accelerate)."""
     return False
 
 
