@@ -4,7 +4,7 @@ Importing this package must stay cheap and torch-free: the login-node CLI import
 Public names load on first use.
 """
 
-HPC_VERSION = "0.1.0"  # pyproject.toml's version (tests/test_script_checkpoints.py checks they agree)
+HPC_VERSION = "0.1.0"  # pyproject.toml's version (tests/unit/test_script_checkpoints.py checks they agree)
 ACCELERATE_API_VERSION = "1.15.0"
 # Scripts written for Accelerate gate features on its version (diffusers registers its save/load hooks only when
 # `accelerate.__version__ >= 0.16.0`), and with `import hpc as accelerate` they read this one: the Accelerate API

@@ -11,7 +11,7 @@ from pathlib import Path
 DUMP = textwrap.dedent("""
     import json, os, socket, sys, time
     keys = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
-            "SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID", "HPC_JOB_DIR", "HPC_THROWAWAY_JOB_DIR"]
+            "SLURM_ARRAY_TASK_ID", "SLURM_JOB_ID"]
     out = {"argv": sys.argv[1:], "host": socket.gethostname(), "cwd": os.getcwd(), "time": time.time(),
            "env": {k: os.environ.get(k) for k in keys}}
     name = "task%s-rank%s-job%s.json" % (os.environ.get("SLURM_ARRAY_TASK_ID", "0"), os.environ.get("RANK"),

@@ -142,14 +142,3 @@ def test_save_model_writes_safetensors_shards_and_an_index(run):
     both = torch.load(tmp / "bin" / "pytorch_model.bin")
     assert torch.equal(both["0.weight"], both["2.weight"]) and torch.equal(both["0.weight"], one["0.weight"])
     assert torch.load(tmp / "extra.pt") == {"step": 7}
-
-
-def test_a_second_save_with_fewer_shards_leaves_none_of_the_first(tmp_path):
-    from hpc.runtime import model_files
-
-    state = {f"w{i}": torch.full((25,), float(i)) for i in range(4)}  # 100 bytes each
-    assert len(model_files.write(state, tmp_path, max_shard_size=150)) == 5  # four shards and the index
-    assert model_files.write(state, tmp_path, max_shard_size="1KB") == ["model.safetensors"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]
-    with pytest.raises(Exception, match="max_shard_size='lots' is not a size"):
-        model_files.write(state, tmp_path, max_shard_size="lots")

@@ -1,4 +1,5 @@
-"""`hpc.submit()` from Python: scripts and functions, on the local profile and on the real SLURM."""
+"""`hpc.submit()` from Python: scripts and functions, on the local profile and on the real SLURM (bad keys:
+tests/unit/test_api.py)."""
 
 import json
 import os
@@ -32,11 +33,6 @@ def test_script_job_handle(project):
     assert "dumped task0-rank0" in job.logs(rank=0) and "dumped task0-rank1" in job.logs(rank=1)
     assert [r["argv"] for r in dumps(project)] == [["--flag", "a b"]] * 2
     assert (job.job_dir / "record.json").is_file()
-
-
-def test_bad_keys_raise_the_projects_error(project):
-    with pytest.raises(hpc.HpcError, match="nodez"):
-        hpc.submit("dump.py", profile="local", nodez=2)
 
 
 def test_function_on_the_local_profile(project):

@@ -3,12 +3,11 @@
 Whoever can write a checkpoint folder can rewrite a file and its manifest entry alike: checksums catch damage,
 not a planted pickle. These tests plant what such a user could (a pickle whose loading writes a marker file, a
 malformed manifest, a damaged final checkpoint, a link at a temporary name) and check that hpc refuses or
-routes around it in one line.
+routes around it in one line. Here, in training processes (`hpc launch`); retention, manifests, schedulers and
+`hpc merge-weights` in this process: tests/unit/test_checkpoint_trust.py.
 """
 
 import json
-import os
-import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -16,39 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpc.errors import HpcError
-from hpc.runtime.checkpoint import manifest, merge, safe_load
-from hpc.runtime.checkpoint.store import CheckpointStore
+from hpc.runtime.checkpoint import manifest
 from tests.jobhelpers import launch_env
 
 HERE = Path(__file__).parent
-
-
-class Planted:
-    """What a hostile user writes into a checkpoint: unpickling it creates the marker file."""
-
-    def __init__(self, marker: Path):
-        self.marker = str(marker)
-
-    def __reduce__(self):
-        return open, (self.marker, "w")
-
-
-def _plant(folder: Path, name: str, marker: Path, raw_pickle: bool = False) -> None:
-    """Replace ``name`` with a hostile pickle and give it a matching manifest entry, as the folder's other
-    writers could."""
-    path = folder / name
-    if raw_pickle:
-        path.write_bytes(pickle.dumps(Planted(marker)))
-    else:
-        torch.save({"state": Planted(marker)}, path)
-    _rehash(folder)
-
-
-def _rehash(folder: Path) -> None:
-    data = manifest.read(folder)
-    data["files"] = {name: manifest.file_entry(folder / name) for name in data["files"]}
-    manifest.write_json_atomic(folder / manifest.NAME, data, fsync=False)
 
 
 # --- in one process: refusals, malformed manifests, shape mismatches ------------------------------------------
@@ -293,139 +263,3 @@ def test_a_damaged_final_checkpoint_is_trained_again_to_the_end_and_saved_again(
     saved_again = torch.load(final / "model_0.pt", weights_only=True)
     assert all(torch.equal(saved_again[k], v) for k, v in straight_model.items())
     assert sorted(p.name for p in final.parent.iterdir()) == ["step-10", "step-5"]
-
-
-# --- retention, manifests, schedulers: in this process ---------------------------------------------------------
-def _commit(folder: Path, step: int) -> None:
-    folder.mkdir(parents=True)
-    torch.save({"w": torch.full((8,), float(step))}, folder / "model_0.pt")
-    manifest.commit(folder, {"model_0.pt": manifest.file_entry(folder / "model_0.pt")}, {"step": step}, fsync=False)
-
-
-def test_a_damaged_checkpoint_does_not_count_among_the_kept(tmp_path):
-    for step in (4, 8, 12):
-        _commit(tmp_path / f"step-{step}", step)
-    _commit(tmp_path / "step-16", 16)
-    store = CheckpointStore(tmp_path, keep=2)
-    # step-12 was found damaged: the two kept are 16 and 8, and the damaged one below the newest goes
-    store.purge(damaged=frozenset({tmp_path / "step-12"}))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-16", "step-8"]
-    # a damaged newest is kept aside (it is saved again when training reaches it), not counted
-    _commit(tmp_path / "step-20", 20)
-    store.purge(damaged=frozenset({tmp_path / "step-20"}))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-16", "step-20", "step-8"]
-
-
-@pytest.mark.parametrize("spoil,said", [
-    (lambda d: {**d, "files": ["model_0.pt"]}, "files is a list, not a mapping"),
-    (lambda d: {**d, "files": {"model_0.pt": {"size": "9"}}}, "the entry of model_0.pt is not {size, crc32}"),
-    (lambda d: {**d, "files": {"../../etc/passwd": {"size": 1, "crc32": "00000000"}}}, "not a path inside"),
-    (lambda d: {**d, "step": -1}, "its step is -1, not a count"),
-])
-def test_malformed_manifest_shapes_are_named_not_raised(tmp_path, spoil, said):
-    _commit(tmp_path / "step-1", 1)
-    folder = tmp_path / "step-1"
-    data = spoil(manifest.read(folder))
-    (folder / manifest.NAME).write_text(json.dumps(data))
-    problem = manifest.check(folder, manifest.read(folder))
-    assert problem is not None and said in problem and "\n" not in problem, problem
-    assert CheckpointStore(tmp_path).newest_good() is None
-
-
-def test_scheduler_and_scaler_states_load_under_weights_only(tmp_path):
-    opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
-    schedulers = [torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 ** s),
-                  torch.optim.lr_scheduler.MultiplicativeLR(opt, lambda s: 0.9),
-                  torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=10),
-                  torch.optim.lr_scheduler.CyclicLR(opt, 0.01, 0.1),
-                  torch.optim.lr_scheduler.ReduceLROnPlateau(opt),
-                  torch.optim.lr_scheduler.CosineAnnealingWarmRestarts(opt, 3)]
-    states = [s.state_dict() for s in schedulers] + [torch.amp.GradScaler("cpu").state_dict()]
-    for i, state in enumerate(states):
-        torch.save(state, tmp_path / f"s{i}.pt")
-        assert safe_load.load(tmp_path / f"s{i}.pt").keys() == state.keys(), i
-
-
-# --- hpc merge-weights -------------------------------------------------------------------------------------------
-def _merge(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hpc", "merge-weights", *map(str, args)], env=launch_env(),
-                          capture_output=True, text=True, timeout=120, check=False)
-
-
-def _dcp_checkpoint(folder: Path) -> dict:
-    """A one-process DCP checkpoint as FSDP writes it (model and optimizer state), committed."""
-    import torch.distributed.checkpoint as dcp
-
-    model = torch.nn.Linear(4, 3)
-    opt = torch.optim.AdamW(model.parameters())
-    model(torch.randn(2, 4)).sum().backward()
-    opt.step()
-    weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    dcp.save({"model_0": model.state_dict(), "optimizer_0": opt.state_dict()}, checkpoint_id=str(folder / "dcp"),
-             no_dist=True)
-    files = {p.relative_to(folder).as_posix(): manifest.file_entry(p) for p in (folder / "dcp").iterdir()}
-    manifest.commit(folder, files, {"step": 1, "format": "dcp"}, fsync=False)
-    return weights
-
-
-def test_merge_weights_reads_dcp_without_unpickling_and_refuses_a_planted_metadata(tmp_path):
-    weights = _dcp_checkpoint(tmp_path / "checkpoints" / "step-1")
-    # the old predictable temporary name, planted as a link to a victim: the merge writes nowhere near it
-    victim = tmp_path / "victim"
-    victim.write_text("precious")
-    out = tmp_path / "merged.pt"
-    (tmp_path / ".merged.pt.tmp").symlink_to(victim)
-    proc = _merge(tmp_path, "--format", "torch", "-o", out)
-    assert proc.returncode == 0, proc.stderr
-    merged = torch.load(out, weights_only=True)
-    assert merged.keys() == weights.keys() and all(torch.equal(merged[k], weights[k]) for k in weights)
-    assert victim.read_text() == "precious"
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".merged.pt.tmp", "checkpoints", "merged.pt", "victim"]
-
-    folder, marker = tmp_path / "checkpoints" / "step-1", tmp_path / "marker"
-    _plant(folder, "dcp/.metadata", marker, raw_pickle=True)
-    refused = _merge(folder, "-o", tmp_path / "x.safetensors")
-    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
-    assert ".metadata" in refused.stderr and "--trust-pickles" in refused.stderr, refused.stderr
-    assert not marker.exists() and not (tmp_path / "x.safetensors").exists()
-
-
-def test_merge_weights_refuses_a_deepspeed_checkpoint_without_trust_pickles(tmp_path):
-    folder, marker = tmp_path / "step-4", tmp_path / "marker"
-    (folder / "deepspeed" / "state").mkdir(parents=True)
-    torch.save({"module": Planted(marker)}, folder / "deepspeed" / "state" / "mp_rank_00_model_states.pt")
-    name = "deepspeed/state/mp_rank_00_model_states.pt"
-    manifest.commit(folder, {name: manifest.file_entry(folder / name)}, {"step": 4, "format": "deepspeed"},
-                    fsync=False)
-    proc = _merge(folder, "-o", tmp_path / "x.safetensors")
-    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
-    assert "DeepSpeed" in proc.stderr and "--trust-pickles" in proc.stderr, proc.stderr
-    assert not marker.exists() and not (tmp_path / "x.safetensors").exists()
-
-
-def test_merge_resolves_past_a_damaged_newest_checkpoint(tmp_path, capsys):
-    for step in (1, 2):
-        _commit(tmp_path / "checkpoints" / f"step-{step}", step)
-    (tmp_path / "checkpoints" / "step-2" / "model_0.pt").write_bytes(b"short")
-    assert merge.resolve(tmp_path) == tmp_path / "checkpoints" / "step-1"
-    assert "skipping damaged checkpoint step-2" in capsys.readouterr().err
-    (tmp_path / "checkpoints" / "step-1" / "model_0.pt").write_bytes(b"short")
-    with pytest.raises(HpcError, match="every committed checkpoint is damaged"):
-        merge.resolve(tmp_path)
-
-
-def test_save_model_and_merge_write_through_no_predictable_name(tmp_path):
-    from hpc.runtime import model_files
-
-    victim = tmp_path / "victim"
-    victim.write_text("precious")
-    out = tmp_path / "out"
-    out.mkdir()
-    for name in ("model.safetensors", "w.safetensors"):
-        (out / f".{name}.tmp").symlink_to(victim)
-        (out / f".{name}.tmp{os.getpid()}").symlink_to(victim)
-    weights = {"a": torch.ones(3)}
-    model_files.write(weights, out)
-    merge.write(weights, out / "w.safetensors", "safetensors")
-    assert victim.read_text() == "precious"
-    assert {p.name for p in out.iterdir() if not p.is_symlink()} == {"model.safetensors", "w.safetensors"}

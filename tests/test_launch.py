@@ -1,5 +1,6 @@
 """`hpc launch`: local processes, inside srun tasks (also in a user's own sbatch script), torchrun per node."""
 
+import json
 import os
 import subprocess
 import sys
@@ -32,10 +33,19 @@ def test_nproc_starts_local_ranks(project):
     ranks = dumps(project)
     assert [r["env"]["RANK"] for r in ranks] == ["0", "1"] and {r["env"]["WORLD_SIZE"] for r in ranks} == {"2"}
     assert all(r["argv"] == ["--lr", "it's"] for r in ranks)
-    # its throw-away job folder (a private mkdtemp) goes with the job; the ranks never see that it is one
-    job_dir = {r["env"]["HPC_JOB_DIR"] for r in ranks}.pop()
-    assert Path(job_dir).name.startswith("hpc-launch-") and not os.path.exists(job_dir)
-    assert not any(r["env"]["HPC_THROWAWAY_JOB_DIR"] for r in ranks)
+
+
+def test_the_throw_away_job_folder_goes_with_the_job(project):
+    """`hpc launch` renders its job into a private mkdtemp folder: hundreds of them used to pile up in /tmp."""
+    (project / "where.py").write_text("import json, os, sys\n"
+                                      "keys = ('HPC_JOB_DIR', 'HPC_THROWAWAY_JOB_DIR')\n"
+                                      "if os.environ['RANK'] == '0':\n"
+                                      "    json.dump({k: os.environ.get(k) for k in keys}, open(sys.argv[1], 'w'))\n")
+    proc = launch(project, "--nproc", "2", "where.py", str(project / "where.json"))
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads((project / "where.json").read_text())
+    assert Path(seen["HPC_JOB_DIR"]).name.startswith("hpc-launch-") and not os.path.exists(seen["HPC_JOB_DIR"])
+    assert seen["HPC_THROWAWAY_JOB_DIR"] is None  # a job the ranks start themselves keeps its folder
 
 
 def test_a_single_process_runs_leftover_variables_do_not_swallow_nproc(project):

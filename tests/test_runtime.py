@@ -1,14 +1,13 @@
-"""Accelerator on CPU + gloo with real processes: parity with one process, accumulation, fp16, metrics."""
+"""Accelerator on CPU + gloo with real processes: parity with one process, accumulation, metrics, the examples
+(fp16, bf16 and tracking in this process: tests/unit/test_runtime.py)."""
 
 import json
-import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.jobhelpers import launch_env
 
@@ -51,55 +50,6 @@ def test_gather_for_metrics_returns_exactly_the_dataset(tmp_path):
     got = run_worker(tmp_path, 2, "gather")                 # 10 samples, batch 2, 2 ranks: last round padded
     assert got["seen"] == list(range(10))
     assert got["plain_gather_len"] == 6
-
-
-@pytest.fixture
-def single(monkeypatch):
-    for key in list(os.environ):
-        if key.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_", "SLURM_", "HPC_")):
-            monkeypatch.delenv(key)
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.setenv(key, "")  # recorded as absent: what the Accelerator exports goes with the test
-        monkeypatch.delenv(key)
-
-
-def test_fp16_skips_an_inf_step_and_halves_the_scale(single):
-    from hpc import Accelerator
-
-    acc = Accelerator(mixed_precision="fp16", cpu=True)
-    net = torch.nn.Linear(4, 1)
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    sched = torch.optim.lr_scheduler.StepLR(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), 1)
-    net, opt = acc.prepare(net, opt)
-    sched = acc.prepare(torch.optim.lr_scheduler.StepLR(opt.optimizer, step_size=1, gamma=0.5))
-    before = [p.detach().clone() for p in net.parameters()]
-    scale = acc.precision.scaler.get_scale()
-    loss = net(torch.randn(8, 4)).float().pow(2).mean()
-    acc.backward(loss)
-    next(net.parameters()).grad[0, 0] = float("inf")
-    opt.step()
-    sched.step()
-    assert acc.optimizer_step_was_skipped
-    assert all(torch.equal(a, b) for a, b in zip(before, net.parameters()))
-    assert acc.precision.scaler.get_scale() == scale / 2
-    assert sched.get_last_lr() == [0.1]  # the scheduler does not step after a skipped step
-    opt.zero_grad()
-    acc.backward(net(torch.randn(8, 4)).float().pow(2).mean())
-    opt.step()
-    sched.step()
-    assert not acc.optimizer_step_was_skipped and sched.get_last_lr() == [0.05]
-
-
-def test_bf16_runs(single):
-    from hpc import Accelerator
-
-    acc = Accelerator(mixed_precision="bf16", cpu=True)
-    net, opt = acc.prepare(torch.nn.Linear(4, 1), torch.optim.SGD(torch.nn.Linear(4, 1).parameters(), lr=0.1))
-    out = net(torch.randn(8, 4))
-    assert out.dtype == torch.bfloat16
-    loss = out.float().pow(2).mean()
-    acc.backward(loss)
-    assert math.isfinite(loss.item())
 
 
 FOUR = HERE.parent / "scripts" / "examples" / "four_lines.py"
@@ -150,17 +100,6 @@ def test_shuffle_is_seeded_by_epoch_and_skip_first_batches_resumes_mid_epoch(tmp
     assert a == b                                    # a restarted job sees the same order
     assert a["first"] != a["second"]                 # each epoch reshuffles
     assert a["rest"] == a["second"][2:]              # resuming epoch 1 after 2 batches
-
-
-def test_jsonl_tracking_on_the_main_process(single, tmp_path):
-    from hpc import Accelerator
-
-    acc = Accelerator(project_dir=tmp_path, cpu=True)
-    acc.init_trackers("run1", config={"lr": 0.1})
-    acc.log({"loss": torch.tensor(0.5)}, step=3)
-    acc.end_training()
-    lines = [json.loads(x) for x in (tmp_path / "logs" / "run1.jsonl").read_text().splitlines()]
-    assert lines[0]["config"] == {"lr": 0.1} and (lines[1]["step"], lines[1]["loss"]) == (3, 0.5)
 
 
 def test_the_tiny_lm_example_learns(tmp_path):

@@ -1,4 +1,5 @@
-"""`hpc submit --profile local`: the same job contract without SLURM."""
+"""`hpc submit --profile local`: the same job contract without SLURM (input refused before a job starts:
+tests/unit/test_submit_local.py)."""
 
 import json
 import os
@@ -91,17 +92,6 @@ def test_dry_run_shows_what_submit_writes(project):
     written = (project / "hpc-jobs" / os.path.basename(info["job_dir"]) / "job.sh").read_text()
     assert dry["script"].replace(dry["job_dir"], info["job_dir"]) == written
     assert not any("YYYY" in p.name for p in (project / "hpc-jobs").iterdir())
-
-
-def test_missing_script_fails_before_anything_is_written(project):
-    proc = hpc(project, "submit", "-p", "local", "nope.py")
-    assert proc.returncode == 2 and "script 'nope.py' not found" in proc.stderr
-    assert not (project / "hpc-jobs").exists() or not any((project / "hpc-jobs").iterdir())
-
-
-def test_unknown_job_id(project):
-    proc = hpc(project, "status", "12345")
-    assert proc.returncode == 2 and "no job '12345'" in proc.stderr
 
 
 def test_list_shows_recent_jobs(project):

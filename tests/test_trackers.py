@@ -14,8 +14,8 @@ import zipfile
 
 import pytest
 
-from hpc.runtime import tracking
 from tests.jobhelpers import launch_env
+from tests.unit.test_trackers import NEW, need
 
 TRAIN = textwrap.dedent("""
     import json, sys, torch
@@ -57,8 +57,6 @@ TRAIN = textwrap.dedent("""
 """)
 
 
-NEW = {"comet_ml": tracking.CometMLTracker, "aim": tracking.AimTracker, "clearml": tracking.ClearMLTracker,
-       "dvclive": tracking.DVCLiveTracker}
 # steps 1-4 by the first attempt, 4-6 by the second after its resume from the checkpoint of step 3
 BEFORE, AFTER = [(1, 10), (2, 20), (3, 30), (4, 40)], [(4, 41), (5, 51), (6, 61)]
 
@@ -91,11 +89,6 @@ def kept_id(job, name):
     return ids[0]
 
 
-def need(name):
-    # every tracker's library is in the test extra: a missing one is a broken install, never a skip
-    assert tracking.installed(name), f"{name} is not installed: pip install -e '.[test]'"
-
-
 def test_all_trackers_and_a_users_own_continue_the_run_after_a_resume(job):
     tmp_path = job
     out = json.loads((tmp_path / "out.json").read_text())
@@ -123,17 +116,6 @@ def test_all_trackers_and_a_users_own_continue_the_run_after_a_resume(job):
     assert first[:2] == ["start", ["config", {"lr": 0.1}]] and first[-1] == "finish"
     assert ["log", 1, {"value": 10, "note": "text"}, {"commit": True}] in first
     assert [c[1] for c in second if c[0] == "log"] == [4, 5, 6]
-
-
-def test_new_trackers_by_their_log_with_names_and_by_all():
-    everything = tracking.resolve(["all"])
-    for name, cls in NEW.items():
-        assert cls.name == name and getattr(tracking, cls.__name__) is cls
-        need(name)
-        assert tracking.resolve([name]) == [tracking.JsonlTracker, cls] and cls in everything
-    import hpc.tracking
-
-    assert {cls.__name__ for cls in NEW.values()} <= set(hpc.tracking.__all__)
 
 
 def test_comet_ml_offline_experiment_continues_under_its_key(job):

@@ -67,7 +67,7 @@ def test_version_gated_scripts_see_the_accelerate_api_level():
 
     assert Version(hpc.__version__) >= Version("0.16.0")  # diffusers registers its save/load hooks
     assert Version(hpc.__version__).release == tuple(int(p) for p in hpc.ACCELERATE_API_VERSION.split("."))
-    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
     assert hpc.HPC_VERSION == project["version"] and hpc.__version__.endswith(f"+hpc.{project['version']}")
     out = subprocess.run([sys.executable, "-m", "hpc", "--version"], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == f"hpc {project['version']} (Accelerate API {hpc.ACCELERATE_API_VERSION})"

@@ -10,7 +10,7 @@ from hpc import layout, status
 from hpc.backends.slurm import SlurmBackend
 from hpc.jobs import JobRecord
 from hpc.slurm.commands import EPOCH, Slurm
-from tests.test_slurm_recorded import Recorded
+from tests.unit.test_slurm_recorded import Recorded
 
 SUBMITTED = datetime.datetime.fromisoformat("2026-11-22T16:00:00").timestamp()
 CONFIG = {"dbd": "AccountingStorageType = accounting_storage/slurmdbd\n",

@@ -1,7 +1,7 @@
 """The exact text of every template for representative jobs.
 
 A failing case prints a diff; if the change is intended, regenerate with
-    UPDATE_GOLDEN=1 python -m pytest tests/test_render_golden.py
+    UPDATE_GOLDEN=1 python -m pytest tests/unit/test_render_golden.py
 and review the diff of tests/golden/ before committing it.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from hpc.config import precedence as p
 from hpc.render import render
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/: golden/, profiles/ and sweep.yaml
 GOLDEN = HERE / "golden"
 TRICKY = ["--lr", "3e-4", "it's $(rm -rf ~) `id`", 'say "hi"; exit 1', "tab\there", "*", "$HOME", ""]
 

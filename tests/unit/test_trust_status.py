@@ -20,9 +20,9 @@ from hpc.errors import HpcError
 from hpc.jobs import JobRecord
 from hpc.render import render
 from hpc.slurm.commands import ControllerDown, Slurm, check_fits
-from tests.test_slurm_recorded import Recorded
+from tests.unit.test_slurm_recorded import Recorded
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TIMED_OUT = "slurm_load_jobs error: Socket timed out on send/recv operation"
 
 # SLURM's commands as the batch script uses them. The controller "does not answer" while $FAKE/down exists

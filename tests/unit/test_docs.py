@@ -5,7 +5,7 @@ from pathlib import Path
 
 from tests.conftest import hpc_cmd
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def test_the_job_script_in_the_docs_is_what_hpc_renders(in_tmp):
