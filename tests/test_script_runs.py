@@ -40,7 +40,15 @@ SRUN_STUB = textwrap.dedent("""\
     done
     rc=0; for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done; exit $rc
 """)
-SCONTROL_STUB = "#!/bin/bash\n[ \"$1 $2\" = 'show hostnames' ] && printf 'node1\\nnode2\\n'\n"
+# a controller that answers: the batch script asks it again while it does not (see _wait_step_slurm.j2)
+SCONTROL_STUB = """#!/bin/bash
+case "$1 $2" in
+  "show hostnames") printf 'node1\\nnode2\\n' ;;
+  "show job") echo "JobId=$3 JobState=RUNNING PreemptTime=None" ;;
+  "ping ") echo "Slurmctld(primary) at node1 is UP" ;;
+  *) exit 1 ;;
+esac
+"""
 
 
 def stubs(tmp: Path, srun: str = SRUN_STUB) -> dict:

@@ -450,7 +450,9 @@ def _secure_base(state: Path | None, wrap: list[str] | None = None, setup: str =
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_LOCAL")}
     if state is not None:
         env["SLURM_LOCAL_DIR"] = str(state)
-    script = f'{setup}\nsource {shlex.quote(str(SLURM_LOCAL))}\nsecure_base\necho "trusted $BASE"'
+    # the script is opened before `setup` may mount a /tmp of its own over the checkout (CI's may be under /tmp)
+    script = (f'exec 3< {shlex.quote(str(SLURM_LOCAL))}\n{setup}\nsource /dev/fd/3\nsecure_base\n'
+              'echo "trusted $BASE"')
     return subprocess.run([*(wrap or []), "bash", "-c", script], check=False, env=env, capture_output=True,
                           text=True, timeout=30)
 
@@ -501,9 +503,10 @@ def test_the_login_node_runs_with_strict_modes_and_fresh_keys():
     ssh = ('ssh -o BatchMode=yes -o UserKnownHostsFile="$SSH_DIR/known_hosts" -o StrictHostKeyChecking=yes '
            f'-i "$SSH_DIR/id_ed25519" -p {port} root@127.0.0.1')
     script = textwrap.dedent(f"""\
+        exec 3< {shlex.quote(str(SLURM_LOCAL))}  # before /tmp, where a checkout may be, is mounted over
         mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs -o mode=0755 tmpfs /run || exit 9
         export SLURM_LOCAL_DIR=/tmp/hpc-slurm-login-test SLURM_LOCAL_SSH=1 SLURM_LOCAL_SSH_PORT={port}
-        source {shlex.quote(str(SLURM_LOCAL))}
+        source /dev/fd/3
         secure_base && mkdir -p "$RUN" "$LOG"
         trap '[ -s "$RUN/sshd.pid" ] && kill "$(cat "$RUN/sshd.pid")"' EXIT
         start_login >/dev/null
