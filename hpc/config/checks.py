@@ -30,23 +30,24 @@ def non_negative(value: int) -> int:
     return value
 
 
+def _finite(value: float, zero_ok: bool, problem: str, fix: str) -> float:
+    """nan and inf compare false both ways, so a bound alone lets them through: they are refused first."""
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        raise HpcError(problem, fix=fix)
+    return value
+
+
 def seconds(value: float) -> float:
     """A duration (a timeout, an interval): a finite number, 0 meaning off where the key allows it."""
-    if not math.isfinite(value) or value < 0:
-        raise HpcError("is not a finite number of seconds, 0 or more", fix="give seconds, e.g. 300")
-    return value
+    return _finite(value, True, "is not a finite number of seconds, 0 or more", "give seconds, e.g. 300")
 
 
 def positive_seconds(value: float) -> float:
-    if not math.isfinite(value) or value <= 0:
-        raise HpcError("is not a finite positive number of seconds", fix="give seconds, e.g. 5")
-    return value
+    return _finite(value, False, "is not a finite positive number of seconds", "give seconds, e.g. 5")
 
 
 def non_negative_number(value: float) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise HpcError("is not a finite number, 0 or more", fix="give e.g. 1.0 (0: off)")
-    return value
+    return _finite(value, True, "is not a finite number, 0 or more", "give e.g. 1.0 (0: off)")
 
 
 LOCAL_PROCESSES_PER_CPU = 4
