@@ -33,15 +33,15 @@ def __dir__():
     return sorted([*globals(), *_LAZY])
 
 # Accelerate's other top-level names (`from accelerate import X`); set_seed now takes its keywords too
-_LAZY.update({"PartialState": ("hpc.state", "PartialState"),
-              "DistributedType": ("hpc.utils.dataclasses", "DistributedType"),
-              "DataLoaderConfiguration": ("hpc.utils.dataclasses", "DataLoaderConfiguration"),
-              "find_executable_batch_size": ("hpc.utils.memory", "find_executable_batch_size"),
-              "synchronize_rng_states": ("hpc.utils.random", "synchronize_rng_states"),
-              "skip_first_batches": ("hpc.data_loader", "skip_first_batches"),
-              "set_seed": ("hpc.utils.random", "set_seed"),
-              "notebook_launcher": ("hpc.launchers", "notebook_launcher"),
-              "debug_launcher": ("hpc.launchers", "debug_launcher"),
-              **{name: ("hpc.utils.dataclasses", name) for name in (
+_LAZY.update({"PartialState": ("hpc.runtime.process_state", "PartialState"),
+              "DistributedType": ("hpc.runtime.distributed_type", "DistributedType"),
+              "DataLoaderConfiguration": ("hpc.runtime.distributed_type", "DataLoaderConfiguration"),
+              "find_executable_batch_size": ("hpc.runtime.batch_memory", "find_executable_batch_size"),
+              "synchronize_rng_states": ("hpc.runtime.random_states", "synchronize_rng_states"),
+              "skip_first_batches": ("hpc.runtime.data.loader", "skip_first_batches"),
+              "set_seed": ("hpc.runtime.random_states", "set_seed"),
+              "notebook_launcher": ("hpc.runtime.notebook_launcher", "notebook_launcher"),
+              "debug_launcher": ("hpc.runtime.notebook_launcher", "debug_launcher"),
+              **{name: ("hpc.runtime.distributed_type", name) for name in (
                   "AutocastKwargs", "InitProcessGroupKwargs", "ProfileKwargs", "DDPCommunicationHookType",
                   "GradientAccumulationPlugin", "ProjectConfiguration")}})

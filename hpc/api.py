@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from hpc.config import precedence
-from hpc.config.precedence import Effective
+from hpc.cluster.config import precedence
+from hpc.cluster.config.precedence import Effective
 
 
 class Job:
@@ -26,12 +26,12 @@ class Job:
         return self.record.dir
 
     def states(self) -> dict:
-        from hpc import status
+        from hpc.cluster import status
 
         return status.states(self.record)
 
     def state(self) -> str:
-        from hpc import status
+        from hpc.cluster import status
 
         return status.summarize(self.states())[0]
 
@@ -39,19 +39,19 @@ class Job:
         """Block until the job ends; returns its exit code (0 when every task completed). A controller that does
         not answer for a while is asked again (said once on stderr); ``timeout`` bounds the whole wait
         (TimeoutError)."""
-        from hpc import status
+        from hpc.cluster import status
 
         return status.exit_code(status.wait(self.record, timeout))
 
     def logs(self, rank: int | None = 0, task: str | None = None) -> str:
         """One rank's log (rank=None: every log of the task) as text."""
-        from hpc import status
+        from hpc.cluster import status
 
         names = status.log_files(self.record, task or self.record.tasks[0], "rank" if rank is not None else "all", rank)
         return status.read_logs(self.record, names)
 
     def cancel(self) -> None:
-        from hpc import backends
+        from hpc.cluster import backends
 
         backends.for_record(self.record).cancel(self.record)
 
@@ -63,22 +63,22 @@ class FunctionJob(Job):
     """A submitted Python function: a Job whose ranks each return a value."""
 
     def result(self, timeout: float | None = None) -> Any:
-        """Rank 0's return value (waits for the job); raises hpc.functions.FunctionFailed if it raised."""
-        from hpc import functions
+        """Rank 0's return value (waits for the job); raises hpc.cluster.functions.FunctionFailed if it raised."""
+        from hpc.cluster import functions
 
         self.wait(timeout)
         return functions.read_result(self._files(), 0, key=self.record.result_key)
 
     def results(self, timeout: float | None = None) -> list:
         """Every rank's return value, by rank."""
-        from hpc import functions
+        from hpc.cluster import functions
 
         self.wait(timeout)
         files = self._files()
         return [functions.read_result(files, r, key=self.record.result_key) for r in functions.result_ranks(files)]
 
     def _files(self):
-        from hpc import backends
+        from hpc.cluster import backends
 
         return backends.for_record(self.record).files(self.record)
 
@@ -96,11 +96,11 @@ def submit(target: str | Callable, *args: Any, profile: str | None = None, snaps
     A function runs once per process with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set, as a
     script would; ``args`` are its arguments. Its job is like any other: `hpc list`, `hpc logs`, `hpc cancel`.
     """
-    from hpc.submission import submit as submit_job
+    from hpc.cluster.submission import submit as submit_job
 
     argv = [sys.argv[0], "hpc.submit()"]
     if callable(target):
-        from hpc import functions
+        from hpc.cluster import functions
 
         name = re.sub(r"[^A-Za-z0-9._+-]", "-", getattr(target, "__name__", "function")).strip("-._+") or "function"
         effective = _effective(profile, {"job_name": name, **keys, "module": functions.MODULE})

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from hpc import Accelerator, FullyShardedDataParallelPlugin, set_seed
-from hpc.runtime import preemption
+from hpc.runtime.resilience import preemption
 
 
 class LossLog:

@@ -14,7 +14,7 @@ import sys
 import torch
 
 from hpc import Accelerator, DeepSpeedPlugin, FullyShardedDataParallelPlugin, set_seed
-from hpc.runtime.memory import held_since, snapshot
+from hpc.runtime.memory_snapshot import held_since, snapshot
 
 FEATURES = 16
 

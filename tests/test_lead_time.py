@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from hpc import lead_time
+from hpc.contract import timings as lead_time
 from tests.jobhelpers import launch_env
 
 TRAIN = textwrap.dedent("""
@@ -27,8 +27,8 @@ TRAIN = textwrap.dedent("""
 
 def test_a_slurm_job_whose_lead_time_is_too_short_says_so_and_records_its_timings(tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
-    from hpc.config.schema import Preemption
-    from hpc.runtime_config import RuntimeConfig
+    from hpc.cluster.config.schema import Preemption
+    from hpc.contract.runtime_config import RuntimeConfig
 
     # a job under a scheduler that warns before the limit, with no lead time at all
     RuntimeConfig(warns_before_limit=True, preemption=Preemption(lead_time=0)).write(tmp_path / "runtime.json")

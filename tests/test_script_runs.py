@@ -10,8 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from hpc import backends
-from hpc.config import precedence as p
+from hpc.cluster import backends
+from hpc.cluster.config import precedence as p
 
 TRICKY = ["--lr", "3e-4", "it's $(touch PWNED) `touch PWNED2`", 'say "hi"; exit 1', "tab\there", "*", "$HOME",
           "", "ünïcode", "back\\slash", "--", "-n"]

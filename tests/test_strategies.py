@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc.estimate import estimate
+from hpc.cluster.estimate import estimate
 from tests.jobhelpers import launch_env
 
 HERE = Path(__file__).resolve().parent

@@ -25,7 +25,7 @@ QUIET = 1.0  # the timeout of the tests where nothing may fire: a check every 0.
 
 
 def _watchdog_module():
-    """hpc.runtime.watchdog, loaded by its path: the package hpc.runtime imports torch (3 s a process on this
+    """hpc.runtime.resilience.watchdog, loaded by its path: the package hpc.runtime imports torch (3 s a process on this
     machine), the module alone must not."""
     spec = importlib.util.spec_from_file_location("hpc_watchdog_by_path", REPO / "hpc" / "runtime" / "watchdog.py")
     module = importlib.util.module_from_spec(spec)
@@ -101,7 +101,7 @@ def worker_gloo_rank(rank: str, store: str, report_dir: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from hpc.runtime.watchdog import HangWatchdog
+    from hpc.runtime.resilience.watchdog import HangWatchdog
 
     me = int(rank)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=me, world_size=2)  # torch's 30 min timeout

@@ -1,6 +1,6 @@
 """`accelerate launch`'s flags, accepted by `hpc launch` and `hpc submit` with underscores or dashes.
 
-Each flag is an Accelerate setting (hpc.config.accelerate_settings translates and checks it); the table says
+Each flag is an Accelerate setting (hpc.contract.accelerate_settings translates and checks it); the table says
 whether the flag takes a value, as Accelerate's argparse declares them. `hpc launch` declares them all as click
 options (its --help lists them); the login-path commands take them off the command line before click parses it
 (``take``): a hundred more click options cost every `hpc submit`/`render` about 7 ms.

@@ -136,7 +136,7 @@ def write_job_file(data: dict, target: Path, header: str) -> None:
     """Checked as a job file before it takes its name; never over an existing file."""
     import yaml
 
-    from hpc.config import precedence
+    from hpc.cluster.config import precedence
 
     if target.exists():
         raise HpcError(f"{target} already exists", fix="remove it first, or write elsewhere with -o; hpc never "
@@ -145,8 +145,8 @@ def write_job_file(data: dict, target: Path, header: str) -> None:
     tmp = target.absolute().with_name(f".{target.stem}.tmp{os.getpid()}.yaml")
     tmp.write_text(header + (yaml.safe_dump(data, sort_keys=False) if data else "{}\n"))
     try:
-        from hpc.config.schema import JobSpec
-        from hpc.config.validate import check_field
+        from hpc.cluster.config.schema import JobSpec
+        from hpc.contract.validate import check_field
 
         for key, value in precedence.job_file_layer(tmp).values.items():  # unknown keys refused here
             check_field(JobSpec, key, value, str(target), key)
@@ -157,7 +157,7 @@ def write_job_file(data: dict, target: Path, header: str) -> None:
 
 
 def _target(out: str | None) -> Path:
-    from hpc.config import precedence
+    from hpc.cluster.config import precedence
 
     return Path(out) if out else precedence.default_job_file()
 
@@ -208,7 +208,7 @@ def import_(file, out):
     What hpc honours its own way is said on stderr, one line each; what it cannot do is an error."""
     import yaml
 
-    from hpc.config import accelerate_file
+    from hpc.cluster.config import accelerate_file
 
     translation = accelerate_file.translate(file)
     for note in translation.notes:

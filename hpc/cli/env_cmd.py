@@ -65,7 +65,7 @@ def _nics() -> list[dict]:
 
 
 def _profile() -> dict:
-    from hpc.config import profiles
+    from hpc.cluster.config import profiles
     from hpc.errors import HpcError
 
     ref = os.environ.get("HPC_PROFILE") or profiles.DEFAULT_PROFILE

@@ -25,7 +25,7 @@ def _size(n: float | None) -> str:
 
 
 def _dtype_list(given: tuple[str, ...]) -> list[str]:
-    from hpc.estimate import DTYPES
+    from hpc.cluster.estimate import DTYPES
 
     names = [n.strip() for value in given for n in value.split(",") if n.strip()]
     return list(DTYPES) if "all" in names or not names else list(dict.fromkeys(names))
@@ -41,7 +41,7 @@ def _strategy_flag_given(ctx: click.Context) -> str | None:
 
 
 def _print_dtypes(model: str, dtypes: list[str], as_json: bool) -> None:
-    from hpc import estimate as est
+    from hpc.cluster import estimate as est
 
     size = est.measure(model)
     rows = est.dtype_sizes(size, dtypes)
@@ -102,12 +102,12 @@ def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profil
                            fix=f"drop {flag} or --dtypes")
         _print_dtypes(model, _dtype_list(dtypes), as_json)
         return
-    from hpc import estimate as est
+    from hpc.cluster import estimate as est
     from hpc.slurm import formats
 
     capacity_text, gpus = gpu_memory, None
     if profile:
-        from hpc.config import profiles
+        from hpc.cluster.config import profiles
 
         prof, _, _ = profiles.load(profile)
         gpus, capacity_text = prof.gpus_per_node or None, capacity_text or prof.gpu_memory

@@ -8,8 +8,8 @@ from typing import Any, Callable
 import click
 
 from hpc.cli import accelerate_flags
-from hpc.config import precedence
-from hpc.config.precedence import Effective
+from hpc.cluster.config import precedence
+from hpc.cluster.config.precedence import Effective
 from hpc.errors import shown
 
 # (flag spellings, job key, click kwargs)
@@ -114,7 +114,7 @@ def resolve(profile: str | None, job_file: str | None, assignments: tuple[str, .
     if assignments:
         layers.append(precedence.set_layer(list(assignments)))
     if accelerate:
-        from hpc.config import accelerate_settings  # only a command line with Accelerate's flags pays for it
+        from hpc.contract import accelerate_settings  # only a command line with Accelerate's flags pays for it
 
         translation = accelerate_settings.translate(accelerate, "command line", spell=lambda s: f"--{s}")
         layers.append(precedence.accelerate_layer(translation, "accelerate flag", "command line"))

@@ -11,8 +11,8 @@ from hpc.cli.output import echo_json, table
 
 
 def _describe(record, tasks, per_task: bool = True) -> dict:
-    from hpc import backends, status
-    from hpc.backends import base
+    from hpc.cluster import backends, status
+    from hpc.cluster.backends import base
 
     files = backends.for_record(record).files(record)
 
@@ -52,8 +52,8 @@ def _counts_text(counts: dict) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(job, as_json):
     """The state of JOB (default: the latest), with a summary of array tasks."""
-    from hpc import jobs
-    from hpc import status as st
+    from hpc.cluster import records as jobs
+    from hpc.cluster import status as st
 
     record = jobs.find(job)
     info = _describe(record, st.states(record))
@@ -78,8 +78,8 @@ def status(job, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_(limit, as_json):
     """Recent jobs from this user's records, with their live state."""
-    from hpc import jobs
-    from hpc import status as st
+    from hpc.cluster import records as jobs
+    from hpc.cluster import status as st
     from hpc.errors import HpcError
 
     records = jobs.recent(limit)
@@ -118,8 +118,8 @@ def list_(limit, as_json):
 @click.option("--task", default=None, help="Array task id (default: the first).")
 def logs(job, follow, rank, all_, batch, task):
     """Print the logs of JOB (default: the latest job)."""
-    from hpc import jobs
-    from hpc import status as st
+    from hpc.cluster import records as jobs
+    from hpc.cluster import status as st
     from hpc.errors import HpcError
 
     record = jobs.find(job)
@@ -141,7 +141,8 @@ def logs(job, follow, rank, all_, batch, task):
 @click.option("--task", default=None, help="Cancel one array task only.")
 def cancel(job, task):
     """Cancel JOB (every array task, unless --task)."""
-    from hpc import backends, jobs
+    from hpc.cluster import backends
+    from hpc.cluster import records as jobs
 
     record = jobs.find(job)
     backends.for_record(record).cancel(record, task)
@@ -153,8 +154,8 @@ def cancel(job, task):
 @click.option("--timeout", type=float, default=None, help="Give up after this many seconds (exit 124).")
 def wait(job, timeout):
     """Block until JOB ends; exit with its exit code (1 if it ended without one)."""
-    from hpc import jobs
-    from hpc import status as st
+    from hpc.cluster import records as jobs
+    from hpc.cluster import status as st
 
     record = jobs.find(job)
     try:

@@ -57,10 +57,9 @@ def launch(nproc, launcher, elastic, as_module, quiet_short, target, args, **acc
       srun --ntasks-per-node=1 hpc launch --launcher torchrun --nproc 4 train.py
       srun --ntasks-per-node=1 hpc launch --num_processes 8 --num_machines 2 --main_process_ip "$head" train.py
     """
-    from hpc import env as hpc_env
-    from hpc import runtime_config
     from hpc.cli import launch_plan
-    from hpc.config import checks
+    from hpc.contract import checks, runtime_config
+    from hpc.contract import launch_env as hpc_env
 
     given = accelerate_flags.pop(accelerate)
     no_python = bool(given.pop("no_python", False))
@@ -124,7 +123,7 @@ def _launched_already(asked: int) -> bool:
     single-process run leaves in a shell (a notebook, an Accelerator built in this interpreter's parent):
     not a launch, so its variables go and the processes start. A launcher's ranks must agree with the ask."""
     world = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE")
-    from hpc.env import STANDARD_VARIABLES
+    from hpc.contract.launch_env import STANDARD_VARIABLES
 
     if os.environ.get("WORLD_SIZE") == "1":
         for key in STANDARD_VARIABLES:
@@ -140,8 +139,8 @@ def _launched_already(asked: int) -> bool:
 
 def _local_processes(nproc, as_module, no_python, target, args, values) -> list[str]:
     """Render the local profile's job for N processes and run it: one mechanism for local ranks."""
-    from hpc import backends
-    from hpc.config import precedence
+    from hpc.cluster import backends
+    from hpc.cluster.config import precedence
 
     key = "module" if as_module else ("script" if target.endswith(".py") and not no_python else "command")
     flags = {key: [target] if key == "command" else target, "args": list(args), "nproc_per_node": nproc}

@@ -9,7 +9,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpc.config import accelerate_file, accelerate_settings
+from hpc.cluster.config import accelerate_file
+from hpc.contract import accelerate_settings
 from hpc.errors import HpcError, shown
 
 ACCELERATE_DEFAULT_PORT = 29500  # what `accelerate launch` uses when no --main_process_port is given

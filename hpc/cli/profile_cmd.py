@@ -21,7 +21,7 @@ def profile():
 
 
 def _origin(path: Path) -> str:
-    from hpc.resources import builtin_dir, user_config_dir
+    from hpc.cluster.resources import builtin_dir, user_config_dir
 
     if path.parent == builtin_dir("cluster_configs"):
         return "built-in"
@@ -34,7 +34,7 @@ def _origin(path: Path) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_(as_json):
     """The profiles visible from here; the first found of each name wins."""
-    from hpc.config import profiles
+    from hpc.cluster.config import profiles
 
     rows = []
     for name, path in profiles.available():
@@ -59,8 +59,8 @@ def show(name, as_json):
     """The profile NAME after `extends`, with defaults filled in."""
     import yaml
 
-    from hpc.config import profiles
-    from hpc.config.validate import to_plain
+    from hpc.cluster.config import profiles
+    from hpc.contract.validate import to_plain
 
     prof, path, origin = profiles.load(name)
     data = to_plain(prof)
@@ -76,7 +76,7 @@ def show(name, as_json):
 @click.argument("refs", nargs=-1, required=True)
 def validate(refs):
     """Check profiles by name or path; exit 2 at the first invalid one."""
-    from hpc.config import profiles
+    from hpc.cluster.config import profiles
 
     for ref in refs:
         prof, path, _ = profiles.load(ref)
@@ -121,7 +121,7 @@ def new(name, out, yes, **answers):
     """
     import yaml
 
-    from hpc.config import profiles
+    from hpc.cluster.config import profiles
 
     for key, prompt, default, tp in _QUESTIONS:
         if answers[key] is None and yes:

@@ -25,7 +25,7 @@ def render(profile, job_file, assignments, target, args, flags, out, explain, as
 
     TARGET is a script (train.py) or a command; the script's own arguments follow `--`.
     """
-    from hpc import backends
+    from hpc.cluster import backends
 
     effective = resolve(profile, job_file, assignments, target, args, flags)
     if explain and not as_json:

@@ -26,8 +26,8 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print job_id, job_dir and logs as JSON.")
 def submit(profile, job_file, assignments, target, args, flags, dry_run, wait_, no_snapshot, as_json):
     """Submit a job: a script (train.py), -m MODULE or a command; its own arguments follow `--`."""
-    from hpc import status
-    from hpc.submission import submit as submit_job
+    from hpc.cluster import status
+    from hpc.cluster.submission import submit as submit_job
 
     effective = resolve(profile, job_file, assignments, target, args, flags)
     result = submit_job(effective, argv=["hpc", *sys.argv[1:]], take_snapshot=not no_snapshot, dry_run=dry_run)

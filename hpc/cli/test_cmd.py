@@ -1,4 +1,4 @@
-"""`hpc test`: submit a short sanity job (`python -m hpc.sanity`) as `hpc submit` would, wait, and judge what its
+"""`hpc test`: submit a short sanity job (`python -m hpc.runtime.sanity`) as `hpc submit` would, wait, and judge what its
 ranks wrote, as `accelerate test` does for Accelerate."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import click
 
-from hpc import layout, sanity
 from hpc.cli.output import echo_json
+from hpc.contract import layout
+from hpc.runtime import sanity
 
 WORLD_SIZE, DISTINCT, JOB_ENDED = "world size", "distinct ranks", "job ended"
 
@@ -34,12 +35,12 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print the checks and the verdict as JSON.")
 def test(profile, nodes, nproc, launcher, timeout, as_json):
     """Run a short distributed sanity job on a profile and say whether the setup works."""
-    from hpc import backends
     from hpc.cli.job_options import resolve
-    from hpc.submission import submit
+    from hpc.cluster import backends
+    from hpc.cluster.submission import submit
 
     # DDP whatever the profile's strategy: the training check compares whole weights, which sharding splits up
-    flags = {"after": (), "module": "hpc.sanity", "job_name": "hpc-test", "strategy": "ddp", "nodes": nodes,
+    flags = {"after": (), "module": "hpc.runtime.sanity", "job_name": "hpc-test", "strategy": "ddp", "nodes": nodes,
              "nproc_per_node": nproc, "launcher": launcher}
     effective = resolve(profile, None, (), None, (), flags)
     job = effective.job
@@ -77,7 +78,7 @@ def test(profile, nodes, nproc, launcher, timeout, as_json):
 def _wait(record, backend, timeout: float) -> tuple[bool, str]:
     """(whether the job completed, how it ended). A job still running at the timeout is cancelled: a hung
     sanity job must not hold nodes."""
-    from hpc import status
+    from hpc.cluster import status
 
     seen: dict[str, str] = {}
 

@@ -23,16 +23,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hpc import layout, runtime_config
-from hpc.config import accelerate_settings
+from hpc.contract import accelerate_settings, layout, runtime_config
 from hpc.errors import HpcError
-from hpc.runtime import excepthook, model_files, ops, preemption, tracking
+from hpc.runtime import excepthook, model_files, ops, tracking
 from hpc.runtime.checkpoint import notices
 from hpc.runtime.checkpoint.checkpointer import Checkpointer
 from hpc.runtime.checkpoint.store import MIN_KEEP, CheckpointStore
 from hpc.runtime.compile import Compile, TorchDynamoPlugin
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
-from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
+from hpc.runtime.data.prepare import PreparedDataLoader, SkipFirstBatches
 from hpc.runtime.deepspeed_dummies import DummyOptim, DummyScheduler, EngineScheduler
 from hpc.runtime.gradient_state import GradientState
 from hpc.runtime.handlers import (
@@ -43,14 +42,15 @@ from hpc.runtime.handlers import (
     ProfileKwargs,
 )
 from hpc.runtime.nest import all_tensors
-from hpc.runtime.pace import Pace
 from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from hpc.runtime.precision import Precision, normalize
-from hpc.runtime.state import ProcessState
-from hpc.runtime.stop_vote import StopVote
+from hpc.runtime.process_env import ProcessState
+from hpc.runtime.resilience import preemption
+from hpc.runtime.resilience.pace import Pace
+from hpc.runtime.resilience.stop_vote import StopVote
+from hpc.runtime.resilience.watchdog import HangWatchdog
 from hpc.runtime.strategies import choose, plugin_strategy
 from hpc.runtime.training_state import TrainingState
-from hpc.runtime.watchdog import HangWatchdog
 from hpc.runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
 
 
@@ -253,7 +253,7 @@ class Accelerator:
                           os.environ.get("HPC_JOB_DIR"), self.is_main_process)
         if config:  # inside an hpc job the warning signal starts ignored; from now on it is noted
             self._watch.install(term=False)
-        from hpc import state as shared_state  # here: hpc.state imports hpc.runtime
+        from hpc.runtime import process_state as shared_state  # here: hpc.runtime.process_state imports hpc.runtime
 
         shared_state.attach_accelerator(self)
 
@@ -280,7 +280,7 @@ class Accelerator:
     @property
     def state(self):
         """Accelerate's AcceleratorState: this process's facts and this Accelerator's choices."""
-        from hpc.state import AcceleratorState
+        from hpc.runtime.process_state import AcceleratorState
 
         return AcceleratorState()
 
@@ -315,7 +315,7 @@ class Accelerator:
     @property
     def distributed_type(self):
         """Accelerate's DistributedType (a str enum: NO, MULTI_CPU, MULTI_GPU, FSDP, DEEPSPEED)."""
-        from hpc.state import distributed_type_of
+        from hpc.runtime.process_state import distributed_type_of
 
         return distributed_type_of(self.strategy.name, self.device, self.num_processes)
 
@@ -407,7 +407,7 @@ class Accelerator:
         Models and optimizers of one call go to the strategy together: FSDP re-points optimizers at the
         shards, DeepSpeed builds one engine from both. Schedulers come last, to see the wrapped optimizers.
         """
-        from hpc.state import check_not_reset
+        from hpc.runtime.process_state import check_not_reset
 
         check_not_reset(self)
         out: list[Any] = list(objects)
@@ -519,7 +519,7 @@ class Accelerator:
     def join_uneven_inputs(self, joinables, even_batches: bool | None = None):
         """Ranks with fewer batches than others join the collectives of the ones still training (DDP's Join).
         ``even_batches`` overrides the prepared map-style loaders' setting inside the block."""
-        from hpc.state import DistributedType
+        from hpc.runtime.process_state import DistributedType
 
         if self.distributed_type not in (DistributedType.MULTI_GPU, DistributedType.MULTI_CPU):
             if self.distributed_type != DistributedType.NO:  # one process has nothing to join: no warning
@@ -663,7 +663,7 @@ class Accelerator:
 
     # which rank runs what: PartialState's, which shares this process's state with the Accelerator
     def _partial(self):
-        from hpc.state import PartialState
+        from hpc.runtime.process_state import PartialState
 
         return PartialState()
 
@@ -739,7 +739,7 @@ class Accelerator:
     def _note_script_checkpoint(self, folder: Path) -> None:
         """A folder the script named: where a requeued attempt of a self-resuming script may resume from, and,
         read off it, the script's naming of step checkpoints (for the one hpc saves at the warning signal)."""
-        from hpc import script_checkpoints
+        from hpc.runtime.checkpoint import script_resume as script_checkpoints
 
         job_dir = os.environ.get("HPC_JOB_DIR")
         if not (self._script_resumes and job_dir):

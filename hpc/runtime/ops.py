@@ -1,5 +1,5 @@
 """Collectives over tensors and nests of tensors: the one implementation behind the Accelerator's methods and
-hpc.utils.operations' functions. Nests are walked by hpc.runtime.nest (namedtuples, any Mapping, dataclasses)."""
+hpc.runtime.operations' functions. Nests are walked by hpc.runtime.nest (namedtuples, any Mapping, dataclasses)."""
 
 from __future__ import annotations
 

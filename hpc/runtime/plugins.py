@@ -1,6 +1,6 @@
 """`FullyShardedDataParallelPlugin` and `DeepSpeedPlugin`: the spellings Accelerate users write.
 
-Each plugin can also be built from the job's runtime config (the flat keys of hpc.config.training), so a
+Each plugin can also be built from the job's runtime config (the flat keys of hpc.contract.training), so a
 profile, job file or flag chooses the same thing code does. Arguments given in code win.
 """
 

@@ -195,7 +195,7 @@ def parse_accounting(text: str) -> dict[str, list[tuple[TaskState, float | None]
         idents = list(dict.fromkeys(parts[:2]))
         pending = re.fullmatch(r"(\d+)_\[([0-9,:%-]+)\]", parts[0])
         if pending:
-            from hpc.jobs import array_indices
+            from hpc.cluster.records import array_indices
 
             idents = [f"{pending.group(1)}_{i}" for i in array_indices(pending.group(2))]
         for ident in idents:

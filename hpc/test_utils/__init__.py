@@ -4,8 +4,15 @@ distributed tests import (RegressionDataset, RegressionModel, are_the_same_tenso
 Loaded on use only: none of it is on the training path.
 """
 
-from hpc.test_utils.testing import are_the_same_tensors, assert_exception, capture_call_output, require_cpu, skip, slow
-from hpc.test_utils.training import RegressionDataset, RegressionModel
+from hpc.runtime.test_support.testing import (
+           are_the_same_tensors,
+           assert_exception,
+           capture_call_output,
+           require_cpu,
+           skip,
+           slow,
+)
+from hpc.runtime.test_support.training import RegressionDataset, RegressionModel
 
 __all__ = ["RegressionDataset", "RegressionModel", "are_the_same_tensors", "assert_exception",
            "capture_call_output", "require_cpu", "skip", "slow"]

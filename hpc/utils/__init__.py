@@ -4,22 +4,22 @@ Names load on first use (the submodules import torch and the runtime), as in hpc
 """
 
 _MODULES = {
-    "hpc.utils.operations": ["DistributedOperationException", "copy_tensor_to_devices", "broadcast",
+    "hpc.runtime.operations": ["DistributedOperationException", "copy_tensor_to_devices", "broadcast",
                              "broadcast_object_list", "concatenate", "find_batch_size", "gather", "gather_object", "honor_type", "is_namedtuple", "is_torch_tensor", "listify",
                              "pad_across_processes", "recursively_apply", "reduce", "send_to_device", "slice_tensors"],
-    "hpc.utils.random": ["set_seed", "synchronize_rng_state", "synchronize_rng_states"],
-    "hpc.utils.memory": ["clear_device_cache", "find_executable_batch_size", "release_memory",
+    "hpc.runtime.random_states": ["set_seed", "synchronize_rng_state", "synchronize_rng_states"],
+    "hpc.runtime.batch_memory": ["clear_device_cache", "find_executable_batch_size", "release_memory",
                          "should_reduce_batch_size"],
-    "hpc.utils.dataclasses": ["TorchDynamoPlugin", "AutocastKwargs", "DDPCommunicationHookType", "InitProcessGroupKwargs", "KwargsHandler",
+    "hpc.runtime.distributed_type": ["TorchDynamoPlugin", "AutocastKwargs", "DDPCommunicationHookType", "InitProcessGroupKwargs", "KwargsHandler",
                               "ProfileKwargs", "DataLoaderConfiguration", "DeepSpeedPlugin", "DistributedDataParallelKwargs",
                               "DistributedType", "FullyShardedDataParallelPlugin", "GradScalerKwargs",
                               "GradientAccumulationPlugin", "ProjectConfiguration", "RNGType"],
-    "hpc.utils.imports": ["is_bf16_available", "is_cuda_available", "is_datasets_available", "is_deepspeed_available",
+    "hpc.runtime.availability": ["is_bf16_available", "is_cuda_available", "is_datasets_available", "is_deepspeed_available",
                           "is_fp16_available", "is_fp8_available", "is_hpu_available", "is_mlu_available",
                           "is_mps_available", "is_npu_available", "is_pytest_available", "is_rich_available",
                           "is_schedulefree_available", "is_tensorboard_available", "is_torch_xla_available", "is_transformers_available",
                           "is_wandb_available", "is_xpu_available"],
-    "hpc.state": ["wait_for_everyone"],
+    "hpc.runtime.process_state": ["wait_for_everyone"],
     "hpc.runtime.deepspeed_dummies": ["DummyOptim", "DummyScheduler"],
 }
 _LAZY = {name: module for module, names in _MODULES.items() for name in names}

@@ -1,98 +1,24 @@
-"""`accelerate.utils.imports`: whether optional packages (and a GPU) are here, without importing the packages."""
+"""`accelerate.utils.imports` as hpc spells it: its names, defined in hpc.runtime.availability."""
 
-from __future__ import annotations
+from hpc.runtime.availability import (
+    is_bf16_available,
+    is_cuda_available,
+    is_datasets_available,
+    is_deepspeed_available,
+    is_fp8_available,
+    is_fp16_available,
+    is_hpu_available,
+    is_mlu_available,
+    is_mps_available,
+    is_npu_available,
+    is_pytest_available,
+    is_rich_available,
+    is_schedulefree_available,
+    is_tensorboard_available,
+    is_torch_xla_available,
+    is_transformers_available,
+    is_wandb_available,
+    is_xpu_available,
+)
 
-import importlib.util
-
-__all__ = ["is_bf16_available", "is_cuda_available", "is_datasets_available", "is_deepspeed_available",
-           "is_fp16_available", "is_fp8_available", "is_hpu_available", "is_mlu_available", "is_mps_available",
-           "is_npu_available", "is_pytest_available", "is_rich_available", "is_schedulefree_available",
-           "is_tensorboard_available", "is_torch_xla_available", "is_transformers_available", "is_wandb_available", "is_xpu_available"]
-
-
-def _installed(name: str) -> bool:
-    return importlib.util.find_spec(name) is not None
-
-
-def is_cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def is_deepspeed_available() -> bool:
-    return _installed("deepspeed")
-
-
-def is_transformers_available() -> bool:
-    return _installed("transformers")
-
-
-def is_datasets_available() -> bool:
-    return _installed("datasets")
-
-
-def is_tensorboard_available() -> bool:
-    return _installed("tensorboard") or _installed("tensorboardX")
-
-
-def is_wandb_available() -> bool:
-    return _installed("wandb")
-
-
-def is_rich_available() -> bool:
-    return _installed("rich")
-
-
-def is_schedulefree_available() -> bool:
-    return _installed("schedulefree")
-
-
-def is_pytest_available() -> bool:
-    return _installed("pytest")
-
-
-def is_mps_available() -> bool:
-    import torch
-
-    return torch.backends.mps.is_available() and torch.backends.mps.is_built()
-
-
-def is_bf16_available(ignore_tpu: bool = False) -> bool:
-    """bf16 autocast works here: on CPUs always, on GPUs from Ampere on."""
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    return True
-
-
-def is_fp16_available() -> bool:
-    return True
-
-
-def is_fp8_available() -> bool:
-    """fp8 needs a GPU with fp8 tensor cores (compute capability 8.9 or newer) and a library hpc does not drive
-    yet; hpc refuses mixed_precision="fp8" (docs/training.md: Porting from Accelerate)."""
-    return False
-
-
-# Accelerators hpc does not run on: always False, so a script's branches for them are not taken.
-def is_hpu_available(init_hccl: bool = False) -> bool:
-    return False
-
-
-def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = False) -> bool:
-    return False
-
-
-def is_xpu_available(check_device: bool = False) -> bool:
-    return False
-
-
-def is_npu_available(check_device: bool = False) -> bool:
-    return False
-
-
-def is_mlu_available(check_device: bool = False) -> bool:
-    return False
+__all__ = ['is_bf16_available', 'is_cuda_available', 'is_datasets_available', 'is_deepspeed_available', 'is_fp16_available', 'is_fp8_available', 'is_hpu_available', 'is_mlu_available', 'is_mps_available', 'is_npu_available', 'is_pytest_available', 'is_rich_available', 'is_schedulefree_available', 'is_tensorboard_available', 'is_torch_xla_available', 'is_transformers_available', 'is_wandb_available', 'is_xpu_available']

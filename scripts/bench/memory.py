@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from hpc.cli.output import table  # noqa: E402
-from hpc.estimate import estimate  # noqa: E402
+from hpc.cluster.estimate import estimate  # noqa: E402
 
 CASES = [("ddp", "ddp", {}), ("fsdp FULL_SHARD", "fsdp", {"sharding_strategy": "FULL_SHARD",
                                                           "transformer_cls_names_to_wrap": ["Block"]}),

@@ -62,8 +62,8 @@ def main() -> None:
         ids[name] = json.loads(proc.stdout)["job_id"]
         hpc("wait", ids[name], env=env, cwd=work)
 
-    from hpc.config import precedence
-    from hpc.ssh import Ssh
+    from hpc.cluster.config import precedence
+    from hpc.cluster.ssh import Ssh
 
     remote = precedence.resolve("slurm-local-ssh", [precedence.flag_layer({"script": "noop.py"})]).profile.remote
     trip = Ssh(remote).command_line("true")

@@ -29,7 +29,7 @@ import torch  # noqa: E402
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, SequentialSampler  # noqa: E402
 
 from hpc.runtime.configuration import DataLoaderConfiguration  # noqa: E402
-from hpc.runtime.data import PreparedDataLoader  # noqa: E402
+from hpc.runtime.data.prepare import PreparedDataLoader  # noqa: E402
 
 BATCH, WORLD, POSITION = 32, 2, 1_000_000
 
@@ -137,7 +137,7 @@ t = time.perf_counter(); dl.resume_at(0, {position}); next(iter(dl)); print(time
 
 def old_hpc(n, shuffle):
     """hpc's data.py before this change (git HEAD), in a child process: it lists the whole epoch's order."""
-    source = subprocess.run(["git", "show", "HEAD:hpc/runtime/data.py"], cwd=ROOT, capture_output=True, text=True,
+    source = subprocess.run(["git", "show", "HEAD:hpc/runtime/data/prepare.py"], cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout
     code = OLD.format(root=str(ROOT), source=source, world=WORLD, n=n, batch=BATCH, shuffle=shuffle,
                       position=min(POSITION, n // (BATCH * WORLD) - 1))

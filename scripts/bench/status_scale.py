@@ -35,7 +35,8 @@ esac
 
 
 def _record(data: Path, folder: Path, job_id: str, array: list[int] | None, when: float) -> None:
-    from hpc import jobs, layout
+    from hpc.cluster import records as jobs
+    from hpc.contract import layout
 
     (folder / layout.TASKS).mkdir(parents=True)
     rec = jobs.JobRecord(job_id=job_id, scheduler="slurm", profile="bench", name="train", job_dir=str(folder),

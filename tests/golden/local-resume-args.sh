@@ -31,7 +31,7 @@ while true; do
   # A script that resumes itself (resume_args): an attempt after a requeue is given the newest checkpoint the script
   # saved (or hpc saved for it at the warning signal) whose manifest verifies; with none, it starts from the beginning.
   resume_args=()
-  if checkpoint=$(/path/to/python -m hpc.script_checkpoints "$HPC_JOB_DIR" "$HPC_TASK"); then
+  if checkpoint=$(/path/to/python -m hpc.runtime.checkpoint.script_resume "$HPC_JOB_DIR" "$HPC_TASK"); then
     resume_args=(--resume_from_checkpoint "$checkpoint")
     echo "hpc: resuming the script from $checkpoint" >&2
   fi

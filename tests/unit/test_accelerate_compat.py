@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc.config import accelerate_settings
+from hpc.contract import accelerate_settings
 from tests.conftest import hpc_cmd
 
 # The config templates of Accelerate's repository (examples/config_yaml_templates, examples/slurm), as a user

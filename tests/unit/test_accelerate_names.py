@@ -11,8 +11,8 @@ import textwrap
 import pytest
 import torch
 
-from hpc import state as shared_state
 from hpc.errors import HpcError
+from hpc.runtime import process_state as shared_state
 
 # (a) what an Accelerate script imports, with `accelerate` spelled `hpc`
 IMPORTS = textwrap.dedent("""

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from hpc.config import checks, safe_yaml
+from hpc.cluster.config import safe_yaml
+from hpc.contract import checks
 from hpc.errors import HpcError, one_line, shown
 from hpc.slurm import array_spec, hostlist
 from tests.conftest import hpc_cmd

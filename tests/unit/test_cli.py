@@ -136,7 +136,7 @@ def test_profile_new_asks_questions(project):
     answers = "slurm\nbatch\nacct\n2\n1\n8\n02:00:00\n1-00:00:00\ngcc,cuda\nib0\nsrun\nUSR2\n60\n"
     result = CliRunner().invoke(cli, ["profile", "new", "asked", "-o", "asked.yaml"], input=answers)
     assert result.exit_code == 0, result.output
-    from hpc.config import profiles
+    from hpc.cluster.config import profiles
 
     prof, _, _ = profiles.load(str(project / "asked.yaml"))
     assert (prof.partition, prof.account, prof.gpus_per_node, prof.modules) == ("batch", "acct", 2, ["gcc", "cuda"])

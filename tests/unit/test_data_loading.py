@@ -17,8 +17,8 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sampler,
 
 from hpc.errors import HpcError
 from hpc.runtime.configuration import DataLoaderConfiguration
-from hpc.runtime.data import PreparedDataLoader, SkipFirstBatches
-from hpc.runtime.data_order import KeyedShuffle
+from hpc.runtime.data.order import KeyedShuffle
+from hpc.runtime.data.prepare import PreparedDataLoader, SkipFirstBatches
 
 
 # --- loaders of every kind ----------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""hpc.env: every way a process can be started yields the same rank/rendezvous contract."""
+"""hpc.contract.launch_env: every way a process can be started yields the same rank/rendezvous contract."""
 
 import pytest
 
-from hpc.env import detect, export, tasks_on_node
+from hpc.contract.launch_env import detect, export, tasks_on_node
 from hpc.errors import HpcError
 
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from hpc.cluster.estimate import STRATEGIES, Shape, cheapest_fit, estimate, measure, model_size, parse_count
 from hpc.errors import HpcError
-from hpc.estimate import STRATEGIES, Shape, cheapest_fit, estimate, measure, model_size, parse_count
 
 P = 1_000_000
 

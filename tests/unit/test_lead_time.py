@@ -3,7 +3,8 @@ log, from a real training run: tests/test_lead_time.py)."""
 
 import time
 
-from hpc import jobs, lead_time
+from hpc.cluster import records as jobs
+from hpc.contract import timings as lead_time
 from tests.jobhelpers import hpc
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from hpc.config import precedence as p
+from hpc.cluster.config import precedence as p
 from hpc.errors import ConfigError
 
 

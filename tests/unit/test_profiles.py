@@ -2,7 +2,7 @@ import textwrap
 
 import pytest
 
-from hpc.config import profiles
+from hpc.cluster.config import profiles
 from hpc.errors import ConfigError, HpcError
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hpc.config import precedence as p
-from hpc.render import render
+from hpc.cluster.config import precedence as p
+from hpc.cluster.render import render
 
 HERE = Path(__file__).resolve().parents[1]  # tests/: golden/, profiles/ and sweep.yaml
 GOLDEN = HERE / "golden"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hpc import script_checkpoints
 from hpc.runtime.checkpoint import manifest
+from hpc.runtime.checkpoint import script_resume as script_checkpoints
 
 
 @pytest.mark.parametrize("folder,step,naming", [
@@ -50,7 +50,7 @@ def test_the_batch_scripts_command_prints_the_folder_without_importing_torch(tmp
     job = tmp_path / "job"
     (job / "tasks").mkdir(parents=True)
     code = ("import sys, runpy; sys.argv = ['x', sys.argv[1], '0']\n"
-            "try:\n    runpy.run_module('hpc.script_checkpoints', run_name='__main__')\n"
+            "try:\n    runpy.run_module('hpc.runtime.checkpoint.script_resume', run_name='__main__')\n"
             "except SystemExit as e:\n    print('torch' in sys.modules, e.code)\n")
     none = subprocess.run([sys.executable, "-c", code, str(job)], capture_output=True, text=True, timeout=60)
     assert none.stdout.split() == ["False", "1"] and "starts from the beginning" in none.stderr

@@ -19,15 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from hpc import functions, jobs, snapshot, submission
-from hpc.backends.base import LocalFiles
-from hpc.backends.remote import PRIVATE_JOB_DIR, RemoteSlurmBackend
-from hpc.config import precedence
-from hpc.config.schema import Remote
+from hpc.cluster import functions, snapshot, submission
+from hpc.cluster import records as jobs
+from hpc.cluster.backends.base import LocalFiles
+from hpc.cluster.backends.remote import PRIVATE_JOB_DIR, RemoteSlurmBackend
+from hpc.cluster.config import precedence
+from hpc.cluster.config.schema import Remote
+from hpc.cluster.render import render
+from hpc.cluster.resources import builtin_dir
+from hpc.cluster.ssh import Ssh
 from hpc.errors import HpcError
-from hpc.render import render
-from hpc.resources import builtin_dir
-from hpc.ssh import Ssh
 from tests.conftest import SLURM_LOCAL, hpc_cmd
 from tests.jobhelpers import hpc, launch_env
 
@@ -188,7 +189,7 @@ def test_a_forged_result_is_refused_before_it_is_unpickled(function_job, tmp_pat
 
 def _run_function_main(folder: Path) -> subprocess.CompletedProcess:
     env = {**launch_env(), "HPC_JOB_DIR": str(folder), "RANK": "0"}
-    return subprocess.run([sys.executable, "-m", "hpc.functions"], check=False, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "hpc.cluster.functions"], check=False, env=env, capture_output=True,
                           text=True, timeout=60)
 
 

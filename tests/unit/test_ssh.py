@@ -6,10 +6,10 @@ import subprocess
 
 import pytest
 
-from hpc.config import precedence
-from hpc.config.schema import Remote
+from hpc.cluster.config import precedence
+from hpc.cluster.config.schema import Remote
+from hpc.cluster.ssh import Ssh
 from hpc.errors import HpcError
-from hpc.ssh import Ssh
 
 
 def remote(**kw) -> Remote:

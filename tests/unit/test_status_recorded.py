@@ -6,9 +6,10 @@ import datetime
 
 import pytest
 
-from hpc import layout, status
-from hpc.backends.slurm import SlurmBackend
-from hpc.jobs import JobRecord
+from hpc.cluster import status
+from hpc.cluster.backends.slurm import SlurmBackend
+from hpc.cluster.records import JobRecord
+from hpc.contract import layout
 from hpc.slurm.commands import EPOCH, Slurm
 from tests.unit.test_slurm_recorded import Recorded
 

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from hpc import runtime_config
-from hpc.config.precedence import flag_layer, job_file_layer, resolve, set_layer
+from hpc.cluster.config.precedence import flag_layer, job_file_layer, resolve, set_layer
+from hpc.contract import runtime_config
 from hpc.errors import HpcError
 from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from hpc.runtime.strategies import deepspeed_config

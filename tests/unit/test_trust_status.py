@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from hpc import layout, status
-from hpc.backends import base
-from hpc.backends.slurm import SlurmBackend
-from hpc.config import precedence
+from hpc.cluster import status
+from hpc.cluster.backends import base
+from hpc.cluster.backends.slurm import SlurmBackend
+from hpc.cluster.config import precedence
+from hpc.cluster.records import JobRecord
+from hpc.cluster.render import render
+from hpc.contract import layout
 from hpc.errors import HpcError
-from hpc.jobs import JobRecord
-from hpc.render import render
 from hpc.slurm.commands import ControllerDown, Slurm, check_fits
 from tests.unit.test_slurm_recorded import Recorded
 
@@ -65,7 +66,7 @@ exit "${EXIT:-0}"
 
 def batch_script(tmp_path, monkeypatch, patience=1) -> tuple[Path, Path]:
     """The real batch script of a 1-task job (its controller patience cut to ``patience`` s) and its folder."""
-    monkeypatch.setattr("hpc.backends.slurm.CONTROLLER_PATIENCE_S", patience)
+    monkeypatch.setattr("hpc.cluster.backends.slurm.CONTROLLER_PATIENCE_S", patience)
     job_dir = tmp_path / "job"
     effective = precedence.resolve("slurm-local", [precedence.flag_layer(
         {"command": [str(tmp_path / "program")], "nodes": 1, "ntasks_per_node": 1})])
@@ -152,7 +153,7 @@ def test_a_preemption_requeue_does_not_count_against_max_requeues(tmp_path, monk
 # --- the ranks' side: hpc's own count, and a refusal noted for `hpc status` ------------------------------------
 
 def test_max_requeues_counts_hpcs_requeues_not_slurms(tmp_path, monkeypatch):
-    from hpc.runtime import preemption
+    from hpc.runtime.resilience import preemption
 
     requeue_file = tmp_path / "tasks" / "0.requeue"
     requeue_file.parent.mkdir()
@@ -282,7 +283,7 @@ def fake_slurm_env(tmp_path, squeue=(0, ""), sacct="", partition=None) -> dict:
 
 def record_job(job: JobRecord, env: dict, monkeypatch) -> None:
     """Save the record where `hpc` (run with ``env``) finds its jobs."""
-    from hpc import jobs
+    from hpc.cluster import records as jobs
 
     monkeypatch.setenv("XDG_DATA_HOME", env["XDG_DATA_HOME"])
     jobs.save(job)

@@ -1,0 +1,202 @@
+"""The typed shapes of a cluster profile and of a job.
+
+A profile says what a cluster is; a JobSpec says what one job asks for. Profile values are the
+defaults of the job's values (see ``PROFILE_DEFAULTS``); precedence decides the rest.
+"""
+
+
+from dataclasses import dataclass, field, fields
+from typing import Literal
+
+from hpc.contract import checks
+from hpc.contract.training import TRAINING_KEYS, TrainingSettings
+from hpc.errors import ConfigError
+from hpc.slurm import formats
+
+Launcher = Literal["srun", "torchrun", "deepspeed"]
+
+
+def _check(fn, **kw):
+    return field(metadata={"check": fn}, **kw)
+
+
+# Each generated dataclass method is compiled at import, on every CLI start: only __init__ is generated,
+# and these records are never mutated after validation.
+record = dataclass(repr=False, eq=False)
+
+
+class _Repr:
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
+        return f"{type(self).__name__}({inner})"
+
+
+@record
+class Container(_Repr):
+    """Run every task inside a container image."""
+
+    runtime: Literal["apptainer", "pyxis"]
+    image: str
+    mounts: list[str] = field(default_factory=list)
+    options: list[str] = _check(checks.shell_lines, default_factory=list)
+
+
+@record
+class Preemption(_Repr):
+    """How the job learns it must stop, and whether it comes back."""
+
+    signal: str = _check(checks.signal, default="USR1")
+    lead_time: int = _check(checks.non_negative, default=120)  # seconds before the time limit
+    requeue: bool = True
+    max_requeues: int = _check(checks.non_negative, default=3)
+
+
+@record
+class Remote(_Repr):
+    """The cluster's login node, reached over SSH: every command then works from a machine without SLURM."""
+
+    host: str = _check(checks.ssh_destination)  # a host name, user@host, or an alias from ~/.ssh/config
+    job_root: str = _check(checks.remote_folder)  # the folder on the cluster that holds the job folders
+    user: str | None = _check(checks.safe_value, default=None)
+    port: int | None = _check(checks.positive, default=None)
+    identity_file: str | None = _check(checks.safe_value, default=None)
+    jump_host: str | None = _check(checks.ssh_destination, default=None)  # ssh -J
+    known_hosts: str | None = _check(checks.safe_value, default=None)  # a known_hosts file of its own
+    # lines run before every command on the login node (module load slurm, export SLURM_CONF=...)
+    env: list[str] = _check(checks.shell_lines, default_factory=list)
+    connect_timeout: int = _check(checks.positive, default=10)
+
+
+@record
+class ClusterProfile(TrainingSettings, _Repr):
+    name: str = _check(checks.job_name)
+    description: str = ""
+    scheduler: Literal["slurm", "local"] = "slurm"
+    partition: str | None = _check(checks.safe_value, default=None)
+    account: str | None = _check(checks.safe_value, default=None)
+    qos: str | None = _check(checks.safe_value, default=None)
+    constraint: str | None = _check(checks.constraint, default=None)
+    reservation: str | None = _check(checks.safe_value, default=None)
+    max_nodes: int | None = _check(checks.positive, default=None)
+    # slurm.conf's MaxArraySize (array indices stay below it); None: SLURM's default, 1001
+    max_array_size: int | None = _check(checks.max_array_size, default=None)
+    gpus_per_node: int = _check(checks.non_negative, default=0)
+    gpu_type: str | None = _check(checks.safe_value, default=None)
+    gpu_memory: str | None = _check(checks.memory, default=None)  # one GPU's memory, for estimate-memory
+    # how GPUs are asked for: --gpus-per-node=N, or --gres=gpu[:type]:N on sites that predate it
+    gres_style: Literal["gpus-per-node", "gres"] = "gpus-per-node"
+    tasks_per_node: int | None = _check(checks.positive, default=None)  # srun tasks on CPU-only nodes
+    cpus_per_task: int | None = _check(checks.positive, default=None)
+    mem: str | None = _check(checks.memory, default=None)
+    mem_per_gpu: str | None = _check(checks.memory, default=None)
+    default_time: str = _check(checks.time_limit, default="01:00:00")
+    max_time: str | None = _check(checks.time_limit, default=None)
+    modules: list[str] = _check(checks.module_names, default_factory=list)
+    setup: list[str] = _check(checks.shell_lines, default_factory=list)
+    env: dict[str, str] = _check(checks.env_values, default_factory=dict)
+    network_interface: str | None = _check(checks.safe_value, default=None)
+    launcher: Launcher = "srun"
+    cpu_bind: str | None = _check(checks.cpu_bind, default=None)  # srun --cpu-bind for every task
+    # None: the interpreter running hpc (the same venv, on a shared filesystem); sites with modules say python3
+    python: str | None = _check(checks.safe_value, default=None)
+    container: Container | None = None
+    remote: Remote | None = None
+    preemption: Preemption = field(default_factory=Preemption)
+    sbatch_extra: list[str] = _check(checks.sbatch_extra, default_factory=list)
+    template: str | None = _check(checks.safe_value, default=None)
+    hostfile_format: Literal["deepspeed", "mpi"] = "deepspeed"
+    output_dir: str = _check(checks.safe_value, default="hpc-jobs")
+    snapshot_include: list[str] | None = None
+    snapshot_exclude: list[str] = field(default_factory=list)
+
+    def validate(self, source: str) -> None:
+        if self.mem and self.mem_per_gpu:
+            raise ConfigError(source, "mem_per_gpu", self.mem_per_gpu, "cannot be set together with mem",
+                              "keep one of mem and mem_per_gpu")
+        if self.max_time and _exceeds(self.default_time, self.max_time):
+            raise ConfigError(source, "default_time", self.default_time, f"exceeds max_time {self.max_time}",
+                              "lower default_time or raise max_time")
+
+
+def _exceeds(time: str, limit: str) -> bool:
+    t, lim = formats.parse_time(time), formats.parse_time(limit)
+    return lim is not None and (t is None or t > lim)
+
+
+@record
+class JobSpec(TrainingSettings, _Repr):
+    """Everything one job asks for, after precedence. Field names are the keys of job files and --set."""
+
+    job_name: str = _check(checks.job_name, default="hpc-job")
+    # what to run: exactly one of script, module, command
+    script: str | None = None
+    module: str | None = None
+    command: list[str] | None = None
+    args: list[str] = _check(checks.shell_lines, default_factory=list)
+    nodes: int = _check(checks.positive, default=1)
+    nodelist: str | None = _check(checks.nodelist, default=None)
+    ntasks_per_node: int | None = _check(checks.positive, default=None)
+    nproc_per_node: int | None = _check(checks.positive, default=None)
+    # processes in all, as `accelerate launch --num_processes` counts them: nproc_per_node = num_processes / nodes
+    num_processes: int | None = _check(checks.positive, default=None)
+    gpus_per_node: int = _check(checks.non_negative, default=0)
+    gpu_ids: str | None = _check(checks.gpu_ids, default=None)  # this machine's GPUs to use (local profile)
+    cpus_per_task: int | None = _check(checks.positive, default=None)
+    mem: str | None = _check(checks.memory, default=None)
+    mem_per_gpu: str | None = _check(checks.memory, default=None)
+    time: str = _check(checks.time_limit, default="01:00:00")
+    partition: str | None = _check(checks.safe_value, default=None)
+    account: str | None = _check(checks.safe_value, default=None)
+    qos: str | None = _check(checks.safe_value, default=None)
+    constraint: str | None = _check(checks.constraint, default=None)
+    reservation: str | None = _check(checks.safe_value, default=None)
+    launcher: Launcher = "srun"
+    cpu_bind: str | None = _check(checks.cpu_bind, default=None)
+    # OMP_NUM_THREADS of each process (default: cpus_per_task, else the node's CPUs shared by its processes)
+    cpu_threads_per_process: int | None = _check(checks.positive, default=None)
+    main_process_port: int | None = _check(checks.port, default=None)  # rendezvous port (default: from the job id)
+    elastic: str | None = _check(checks.elastic, default=None)
+    max_restarts: int = _check(checks.non_negative, default=0)
+    monitor_interval: float | None = _check(checks.positive_seconds, default=None)  # between torchrun's checks
+    array: str | None = _check(checks.array, default=None)
+    sweep: str | None = None
+    after: list[str] = _check(checks.after, default_factory=list)
+    env: dict[str, str] = _check(checks.env_values, default_factory=dict)
+    env_passthrough: list[str] | None = _check(checks.env_names, default=None)
+    output_dir: str = _check(checks.safe_value, default="hpc-jobs")
+    template: str | None = _check(checks.safe_value, default=None)
+    # code snapshot outside git: file name patterns to take, and folder/file patterns to leave out
+    snapshot_include: list[str] | None = None
+    snapshot_exclude: list[str] = field(default_factory=list)
+    # in-job settings, read by Accelerator from the runtime config (arguments in code override them)
+    mixed_precision: Literal["no", "bf16", "fp16", "fp8"] | None = None
+    gradient_accumulation_steps: int | None = _check(checks.positive, default=None)
+
+    @property
+    def elastic_range(self) -> tuple[int, int] | None:
+        if not self.elastic:
+            return None
+        lo, hi = self.elastic.split(":")
+        return int(lo), int(hi)
+
+
+# job key <- profile key: the profile's value is the job's default
+PROFILE_DEFAULTS = {
+    "partition": "partition",
+    "account": "account",
+    "qos": "qos",
+    "constraint": "constraint",
+    "reservation": "reservation",
+    "gpus_per_node": "gpus_per_node",
+    "cpus_per_task": "cpus_per_task",
+    "mem": "mem",
+    "mem_per_gpu": "mem_per_gpu",
+    "time": "default_time",
+    "launcher": "launcher",
+    "cpu_bind": "cpu_bind",
+    "output_dir": "output_dir",
+    "template": "template",
+    "snapshot_include": "snapshot_include",
+    "snapshot_exclude": "snapshot_exclude",
+    **{key: key for key in TRAINING_KEYS},  # a site's training defaults (strategy, ZeRO stage, ...)
+}
