@@ -1,4 +1,6 @@
-"""Kept for jobs queued before the move: `hpc.env.detect` is now hpc.contract.launch_env's."""
+"""`hpc.env`: how this process was started (torchrun, srun, submitit, DeepSpeed, local), torch-free: `detect()`.
+
+Defined in hpc.contract.launch_env; this path is the public one (and jobs queued before the move import it)."""
 
 from hpc.contract.launch_env import (
     LOOPBACK,

@@ -52,7 +52,7 @@ def test_function_on_two_slurm_nodes_honours_the_profile_like_a_script(project, 
     job = hpc.submit(where_am_i, 3, profile="./fn.yaml", nodes=2, nproc_per_node=2, time="5")
     script = (job.job_dir / "job.sbatch").read_text()
     for line in ("#SBATCH --comment=function-job", "#SBATCH --no-requeue", "#SBATCH --time=00:05:00",
-                 "export FROM_PROFILE=yes", "-m hpc.cluster.functions"):
+                 "export FROM_PROFILE=yes", "-m hpc.runtime.function_runner"):
         assert line in script
     results = job.results(timeout=180)
     assert [int(r["RANK"]) for r in results] == [0, 1, 2, 3]

@@ -27,7 +27,7 @@ TRAIN = textwrap.dedent("""
 
 def test_a_slurm_job_whose_lead_time_is_too_short_says_so_and_records_its_timings(tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
-    from hpc.cluster.config.schema import Preemption
+    from hpc.contract.launch_settings import Preemption
     from hpc.contract.runtime_config import RuntimeConfig
 
     # a job under a scheduler that warns before the limit, with no lead time at all

@@ -41,9 +41,10 @@ def _strategy_flag_given(ctx: click.Context) -> str | None:
 
 
 def _print_dtypes(model: str, dtypes: list[str], as_json: bool) -> None:
+    from hpc.cli.model_measure import measure
     from hpc.cluster import estimate as est
 
-    size = est.measure(model)
+    size = measure(model)
     rows = est.dtype_sizes(size, dtypes)
     if as_json:
         echo_json({"model": model, "parameters": size.parameters, "largest_layers": size.largest_layers or None,
@@ -102,6 +103,7 @@ def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profil
                            fix=f"drop {flag} or --dtypes")
         _print_dtypes(model, _dtype_list(dtypes), as_json)
         return
+    from hpc.cli.model_measure import measure
     from hpc.cluster import estimate as est
     from hpc.slurm import formats
 
@@ -113,7 +115,7 @@ def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profil
         gpus, capacity_text = prof.gpus_per_node or None, capacity_text or prof.gpu_memory
     if world_size is None:
         world_size = nodes * (gpus or 1)
-    count = est.measure(model).parameters
+    count = measure(model).parameters
     shape_args = (batch_size, seq_len, hidden_size, layers)
     shape = None
     if any(shape_args):

@@ -13,7 +13,7 @@ import click
 
 from hpc.cli.output import echo_json
 from hpc.contract import layout
-from hpc.runtime import sanity
+from hpc.contract import sanity_checks as sanity
 
 WORLD_SIZE, DISTINCT, JOB_ENDED = "world size", "distinct ranks", "job ended"
 

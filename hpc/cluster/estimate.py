@@ -19,10 +19,10 @@ one to one: see dtype_sizes.
 
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
+from hpc.contract.model_size import ModelSize
 from hpc.errors import HpcError
 
 # cheapest first: less communication and no host round trips before more sharding
@@ -32,8 +32,8 @@ PRECISIONS = {"no": 4, "fp32": 4, "bf16": 2, "fp16": 2}
 _SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 # Accelerate's dtypes: the fp32 size is divided by these (int4 packs two weights a byte)
 DTYPES = {"float32": 1, "float16": 2, "int8": 4, "int4": 8}
-_COUNT = re.compile(r"\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([KMBGT]?)\s*", re.IGNORECASE)
-_MODEL_FORMS = "a count such as 7B, a model folder with config.json, or module:callable"
+PARAMETER_COUNT = re.compile(r"\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([KMBGT]?)\s*", re.IGNORECASE)
+MODEL_FORMS = "a count such as 7B, a model folder with config.json, or module:callable"
 
 
 @dataclass
@@ -83,9 +83,9 @@ def parse_count(text: str | int | float) -> int:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         count = text
     else:
-        m = _COUNT.fullmatch(str(text))
+        m = PARAMETER_COUNT.fullmatch(str(text))
         if not m:
-            raise HpcError(f"{text!r} is not a parameter count", fix=f"give {_MODEL_FORMS}")
+            raise HpcError(f"{text!r} is not a parameter count", fix=f"give {MODEL_FORMS}")
         count = float(m.group(1)) * _SUFFIX[m.group(2).upper()]
     if count < 1:
         raise HpcError(f"{text!r} is not a parameter count", fix="give at least one parameter")
@@ -134,14 +134,6 @@ def cheapest_fit(estimates: list[Estimate], capacity: int) -> Estimate | None:
     return None
 
 
-@dataclass
-class ModelSize:
-    """What the per-dtype table needs. Bytes are at fp32, as Accelerate builds the model, buffers included."""
-
-    parameters: int
-    total_bytes: int
-    largest_layer_bytes: int | None = None  # None for a bare count: there are no layers to look at
-    largest_layers: list[str] = field(default_factory=list)
 
 
 def dtype_sizes(size: ModelSize, dtypes: list[str] | tuple[str, ...] = tuple(DTYPES)) -> list[dict]:
@@ -165,93 +157,11 @@ def dtype_sizes(size: ModelSize, dtypes: list[str] | tuple[str, ...] = tuple(DTY
     return rows
 
 
-def measure(target: str) -> ModelSize:
-    """MODEL as the command takes it -> its size. Only a folder or module:callable imports torch."""
-    has_config = os.path.isfile(os.path.join(target, "config.json"))
-    if os.path.isdir(target) and (has_config or not _COUNT.fullmatch(target)):  # a stray folder named 7B is a count
-        return model_size(build_from_folder(target))
-    if ":" in target:
-        return model_size(build_from_callable(target))
-    if os.sep in target or "/" in target:  # a path that is not there, or a Hub name: hpc reads no Hub
-        raise HpcError(f"{target!r} is not a local folder", fix=f"give {_MODEL_FORMS} (for a Hub model, "
-                       f"download its config first: huggingface-cli download NAME config.json --local-dir DIR)")
-    count = parse_count(target)
-    return ModelSize(count, 4 * count)
 
 
-def build_from_callable(target: str):
-    """'package.module:callable' -> the model it builds, on the meta device."""
-    import importlib
-
-    module_name, _, attr = target.partition(":")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-        raise HpcError(f"cannot load {target!r}: {e}", fix="give module:callable importable from here") from None
-    import torch
-
-    with torch.device("meta"):  # no memory is allocated, however large the model
-        return factory()
 
 
-def build_from_folder(folder: str):
-    """A HuggingFace model folder -> its AutoModel built from config.json on the meta device. Reads no weights
-    and never asks the Hub."""
-    config_path = os.path.join(folder, "config.json")
-    if not os.path.isfile(config_path):
-        raise HpcError(f"{folder} has no config.json", fix="give the folder that holds the model's config.json")
-    try:
-        import transformers
-    except ImportError as e:
-        if e.name != "transformers":  # installed but broken: its own message says what is wrong
-            raise
-        raise HpcError(f"reading the model folder {folder} needs transformers, which is not installed",
-                       fix="pip install transformers") from None
-    import torch
-
-    verbosity = transformers.logging.get_verbosity()
-    transformers.logging.set_verbosity_error()  # config sanity warnings would bury the table
-    try:
-        config = transformers.AutoConfig.from_pretrained(folder, local_files_only=True)
-        with torch.device("meta"):  # what accelerate's init_empty_weights does for parameters, without accelerate
-            return transformers.AutoModel.from_config(config)
-    except (ValueError, KeyError, OSError) as e:  # unknown model_type, bad JSON, custom code: the user's config
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise HpcError(f"transformers cannot build a model from {config_path}: {first}",
-                       fix="check config.json (model_type and its fields) against the model's own") from None
-    finally:
-        transformers.logging.set_verbosity(verbosity)
 
 
-def model_size(model) -> ModelSize:
-    """Parameters (shared ones once) and Accelerate's sizes: every parameter and buffer, floating ones at fp32
-    whatever dtype config.json asks for (Accelerate builds in fp32; others keep their own size); a layer is
-    a module without children or one transformers keeps whole (`_no_split_modules`)."""
-    sizes: dict[str, int] = {}
-    for name, t in [*model.named_parameters(), *model.named_buffers()]:
-        nbytes = t.numel() * (4 if t.is_floating_point() else t.element_size())
-        parts = name.split(".")
-        for i in range(len(parts) + 1):
-            key = ".".join(parts[:i])
-            sizes[key] = sizes.get(key, 0) + nbytes
-    keep_whole = set(getattr(model, "_no_split_modules", None) or ())
-    best, names = 0, []
-    todo = [*model.named_parameters(recurse=False), *model.named_children(), *model.named_buffers(recurse=False)]
-    while todo:
-        name, item = todo.pop(0)
-        children = list(item.named_children()) if hasattr(item, "named_children") else []
-        if children and type(item).__name__ not in keep_whole:
-            todo = [(f"{name}.{n}", c) for n, c in children] + todo
-            continue
-        size = sizes.get(name, 0)
-        if size > best:
-            best, names = size, [name]
-        elif size == best:
-            names.append(name)
-    count = sum(p.numel() for p in model.parameters())
-    return ModelSize(count, sizes.get("", 0), best, names)
 
 
-def count_parameters(target: str) -> int:
-    """'package.module:callable' -> the number of parameters of the model it builds, on the meta device."""
-    return sum(p.numel() for p in build_from_callable(target).parameters())

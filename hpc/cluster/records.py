@@ -183,10 +183,10 @@ def _checked(data, path: Path) -> dict:
             raise bad(f"{key} is {type(value).__name__}")
     if not JOB_ID.fullmatch(out["job_id"]):
         raise bad(f"job_id {out['job_id']!r} is not a job id")
-    from hpc.cluster import backends
+    from hpc.cluster.config.schema import SCHEDULERS
 
-    if out["scheduler"] not in backends.names():
-        raise bad(f"scheduler {out['scheduler']!r} is not one of {', '.join(backends.names())}")
+    if out["scheduler"] not in SCHEDULERS:
+        raise bad(f"scheduler {out['scheduler']!r} is not one of {', '.join(sorted(SCHEDULERS))}")
     if out.get("kind", "script") not in _KINDS:
         raise bad(f"kind {out['kind']!r} is not one of {', '.join(_KINDS)}")
     for key in ("job_dir", "record_dir"):
@@ -256,8 +256,3 @@ def recent(limit: int) -> list[JobRecord]:
     return list(itertools.islice(iter_recent(), limit))
 
 
-def array_indices(spec: str) -> list[int]:
-    """'0-99%8', '1,3,5-7', '0-10:2' -> the task ids (counted before they are built)."""
-    from hpc.slurm import array_spec
-
-    return array_spec.parse(spec).indices()

@@ -21,6 +21,7 @@ from hpc.cluster.config.schema import ClusterProfile, JobSpec
 from hpc.cluster.resources import builtin_dir, insecure, note_once, search_path, user_cache_dir
 from hpc.contract import layout
 from hpc.errors import HpcError
+from hpc.slurm.array_spec import indices as array_indices
 
 
 @dataclass(frozen=True)
@@ -180,14 +181,11 @@ NODE_PROBE_TIMEOUT_S = 10
 
 
 def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None = None,
-           backend=None) -> SbatchRequest:
+           *, backend) -> SbatchRequest:
     """``workdir``: where the job runs (the code snapshot); None leaves it to sbatch (the submit folder)."""
-    from hpc.cluster import backends
-    from hpc.cluster import records as jobs
     from hpc.contract import runtime_config
 
     job, profile = effective.job, effective.profile
-    backend = backend or backends.for_profile(profile)
     job_dir = str(Path(job_dir).absolute())
     if any(c.isspace() or c in "'\"$`\\;" for c in job_dir):
         raise HpcError(f"job folder {job_dir!r} holds whitespace or shell characters",
@@ -257,4 +255,4 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
     config = runtime_config.from_effective(effective, backend.warns_before_limit).as_dict()
     return SbatchRequest(script=script, script_name=backend.script_name, template=name, hostfile=hostfile,
                          runtime_config=config, effective=effective, directives=dirs,
-                         array=jobs.array_indices(array_spec) if array_spec else None)
+                         array=array_indices(array_spec) if array_spec else None)

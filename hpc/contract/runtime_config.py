@@ -11,8 +11,8 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from hpc.cluster.config.schema import Launcher, Preemption
 from hpc.contract import layout
+from hpc.contract.launch_settings import Launcher, Preemption
 from hpc.contract.training import TrainingSettings, training_values
 from hpc.contract.validate import build, to_plain
 from hpc.errors import HpcError
@@ -83,3 +83,9 @@ def current() -> dict:
     if not path:
         return {}
     return read(path).as_dict()
+
+
+def current_config() -> RuntimeConfig | None:
+    """This process's runtime config, typed (its defaults are the dataclass's); None outside an hpc job."""
+    path = os.environ.get(layout.RUNTIME_CONFIG_ENV)
+    return read(path) if path else None

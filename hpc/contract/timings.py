@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -54,29 +53,3 @@ def read(job_dir: str | os.PathLike, files=None) -> Timings | None:
         return Timings(float(raw["step_s"]), float(raw["save_s"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def warn_from_history(name: str, profile: str, lead_time: float, history: int = 50) -> str | None:
-    """At submit: what the newest earlier job of this name and profile measured, if lead_time is too short."""
-    import itertools
-
-    from hpc.cluster import backends
-    from hpc.cluster import records as jobs
-    from hpc.errors import HpcError
-
-    for record in itertools.islice(jobs.iter_recent(), history):
-        if record.name != name or record.profile != profile:
-            continue
-        try:
-            timings = read(record.dir, backends.for_record(record).files(record))
-        except HpcError:  # the cluster cannot be reached now: the submit will say so itself
-            return None
-        if timings is None:
-            continue
-        problem = shortfall(timings, lead_time)
-        if problem:
-            message = f"hpc: warning: job {record.job_id} measured it: {problem}"
-            print(message, file=sys.stderr)
-            return message
-        return None
-    return None

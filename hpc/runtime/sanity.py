@@ -4,7 +4,7 @@ A few small checks through hpc's Accelerator and torch.distributed (gloo on CPU,
 Accelerator chooses). Each rank writes what it saw to ``$HPC_JOB_DIR/sanity/`` after every check, so a rank
 that dies or hangs still tells how far it got; `hpc test` compares the ranks' files. Exit 1 if a check failed.
 
-Torch is imported inside the checks only: `hpc test` reads the check names from here on the login node.
+The check names are hpc.contract.sanity_checks': `hpc test` reads them on the login node.
 """
 
 from __future__ import annotations
@@ -19,16 +19,8 @@ from pathlib import Path
 
 from hpc.contract import launch_env as hpc_env
 from hpc.contract import layout
+from hpc.contract.sanity_checks import ALL_GATHER, ALL_REDUCE, BARRIER, BROADCAST, PROCESS_GROUP, TRAINING
 from hpc.errors import HpcError
-
-# in the order they run, which is the order `hpc test` reports them in
-PROCESS_GROUP = "process group"
-ALL_REDUCE = "all-reduce sum"
-BROADCAST = "broadcast from rank 0"
-ALL_GATHER = "all-gather order"
-TRAINING = "training step"
-BARRIER = "barrier"
-CHECKS = (PROCESS_GROUP, ALL_REDUCE, BROADCAST, ALL_GATHER, TRAINING, BARRIER)
 
 LR = 0.1
 # the last rank reaches the barrier this late: a barrier that lets the others through early shows as a short wait

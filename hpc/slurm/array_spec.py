@@ -74,3 +74,8 @@ def parse(spec: str, max_array_size: int = LARGEST_MAX_ARRAY_SIZE) -> ArraySpec:
         raise HpcError(f"{shown(spec)} names {parsed.count} task ids, more than MaxArraySize {max_array_size}",
                        fix="write each index once")
     return parsed
+
+
+def indices(spec: str) -> list[int]:
+    """'0-99%8', '1,3,5-7', '0-10:2' -> the task ids (counted before they are built)."""
+    return parse(spec).indices()

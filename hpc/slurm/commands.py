@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from hpc.errors import HpcError
-from hpc.slurm import formats
+from hpc.slurm import array_spec, formats
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
@@ -195,9 +195,7 @@ def parse_accounting(text: str) -> dict[str, list[tuple[TaskState, float | None]
         idents = list(dict.fromkeys(parts[:2]))
         pending = re.fullmatch(r"(\d+)_\[([0-9,:%-]+)\]", parts[0])
         if pending:
-            from hpc.cluster.records import array_indices
-
-            idents = [f"{pending.group(1)}_{i}" for i in array_indices(pending.group(2))]
+            idents = [f"{pending.group(1)}_{i}" for i in array_spec.indices(pending.group(2))]
         for ident in idents:
             out.setdefault(ident, []).append(row)
     return out

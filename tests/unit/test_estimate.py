@@ -8,8 +8,10 @@ import sys
 
 import pytest
 
-from hpc.cluster.estimate import STRATEGIES, Shape, cheapest_fit, estimate, measure, model_size, parse_count
+from hpc.cli.model_measure import measure
+from hpc.cluster.estimate import STRATEGIES, Shape, cheapest_fit, estimate, parse_count
 from hpc.errors import HpcError
+from hpc.runtime.model_shapes import model_size
 
 P = 1_000_000
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from hpc.cluster import backends
 from hpc.cluster.config import precedence as p
 from hpc.cluster.render import render
 
@@ -57,7 +58,7 @@ def _profile_ref(name):
 def rendered(case):
     profile, flags = CASES[case]
     effective = p.resolve(_profile_ref(profile), [p.flag_layer(flags)])
-    return render(effective, f"/scratch/jobs/{case}")
+    return render(effective, f"/scratch/jobs/{case}", backend=backends.for_profile(effective.profile))
 
 
 def _compare(path: Path, text: str):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc.cluster import functions, snapshot, submission
+from hpc.cluster import backends, functions, snapshot, submission
 from hpc.cluster import records as jobs
 from hpc.cluster.backends.base import LocalFiles
 from hpc.cluster.backends.remote import PRIVATE_JOB_DIR, RemoteSlurmBackend
@@ -187,20 +187,22 @@ def test_a_forged_result_is_refused_before_it_is_unpickled(function_job, tmp_pat
     assert words in one_line(err.value) and not marker.exists()
 
 
-def _run_function_main(folder: Path) -> subprocess.CompletedProcess:
+def _run_function_main(folder: Path, module: str = functions.MODULE) -> subprocess.CompletedProcess:
     env = {**launch_env(), "HPC_JOB_DIR": str(folder), "RANK": "0"}
-    return subprocess.run([sys.executable, "-m", "hpc.cluster.functions"], check=False, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", module], check=False, env=env, capture_output=True,
                           text=True, timeout=60)
 
 
-def test_the_job_signs_its_result_with_the_key_from_its_private_file(function_job):
+# hpc.functions: the program of function jobs queued before hpc.runtime.function_runner took its place
+@pytest.mark.parametrize("module", [functions.MODULE, "hpc.functions"])
+def test_the_job_signs_its_result_with_the_key_from_its_private_file(function_job, module):
     from submitit.helpers import DelayedSubmission
 
     folder, key = function_job
     functions.write_key(folder, key)
     (folder / functions.CALL_FILE).write_bytes(
         functions.sign(key, functions.CALL_FILE, pickle.dumps(DelayedSubmission(abs, -3))))
-    proc = _run_function_main(folder)
+    proc = _run_function_main(folder, module)
     assert proc.returncode == 0, proc.stderr
     assert stat.S_IMODE((folder / functions.KEY_FILE).stat().st_mode) == 0o600
     assert functions.read_result(LocalFiles(folder), 0) == 3
@@ -399,7 +401,7 @@ def test_the_snapshot_leaves_out_credentials_and_links_out_of_the_project(tmp_pa
 # --- 6. job templates: a sandbox, and a note for each built-in one taken over -----------------------------------
 def _render_here() -> str:
     effective = precedence.resolve("slurm-local", [precedence.flag_layer({"script": "train.py"})])
-    return render(effective, "/scratch/jobs/x").script
+    return render(effective, "/scratch/jobs/x", backend=backends.for_profile(effective.profile)).script
 
 
 def test_a_template_cannot_reach_python(in_tmp):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpc.cluster import status
+from hpc.cluster import backends, status
 from hpc.cluster.backends import base
 from hpc.cluster.backends.slurm import SlurmBackend
 from hpc.cluster.config import precedence
@@ -71,7 +71,7 @@ def batch_script(tmp_path, monkeypatch, patience=1) -> tuple[Path, Path]:
     effective = precedence.resolve("slurm-local", [precedence.flag_layer(
         {"command": [str(tmp_path / "program")], "nodes": 1, "ntasks_per_node": 1})])
     script = tmp_path / "job.sbatch"
-    script.write_text(render(effective, job_dir).script)
+    script.write_text(render(effective, job_dir, backend=backends.for_profile(effective.profile)).script)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in [("scontrol", FAKE_SCONTROL), ("srun", FAKE_SRUN), ("sleep", FAKE_SLEEP)]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 
+from hpc.cluster import lead_time_history
 from hpc.cluster.backends.base import (
     Backend,
     Placement,
@@ -113,10 +114,8 @@ class SlurmBackend(Backend):
         return {"controller_patience": CONTROLLER_PATIENCE_S}
 
     def advise(self, effective) -> None:
-        from hpc.contract import timings as lead_time
-
         job, profile = effective.job, effective.profile
-        lead_time.warn_from_history(job.job_name, profile.name, profile.preemption.lead_time)
+        lead_time_history.warn_from_history(job.job_name, profile.name, profile.preemption.lead_time, self.files)
 
     def require_conf(self) -> None:
         require_conf()

@@ -5,30 +5,19 @@ defaults of the job's values (see ``PROFILE_DEFAULTS``); precedence decides the 
 """
 
 
-from dataclasses import dataclass, field, fields
-from typing import Literal
+from dataclasses import field
+from typing import Literal, get_args
 
 from hpc.contract import checks
+from hpc.contract.launch_settings import Launcher, Preemption, record  # noqa: F401 - Launcher, Preemption: the profile's too
+from hpc.contract.launch_settings import ReprByFields as _Repr
+from hpc.contract.launch_settings import checked as _check
 from hpc.contract.training import TRAINING_KEYS, TrainingSettings
 from hpc.errors import ConfigError
 from hpc.slurm import formats
 
-Launcher = Literal["srun", "torchrun", "deepspeed"]
-
-
-def _check(fn, **kw):
-    return field(metadata={"check": fn}, **kw)
-
-
-# Each generated dataclass method is compiled at import, on every CLI start: only __init__ is generated,
-# and these records are never mutated after validation.
-record = dataclass(repr=False, eq=False)
-
-
-class _Repr:
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
-        return f"{type(self).__name__}({inner})"
+Scheduler = Literal["slurm", "local"]
+SCHEDULERS = get_args(Scheduler)  # one backend each (hpc.cluster.backends)
 
 
 @record
@@ -41,14 +30,6 @@ class Container(_Repr):
     options: list[str] = _check(checks.shell_lines, default_factory=list)
 
 
-@record
-class Preemption(_Repr):
-    """How the job learns it must stop, and whether it comes back."""
-
-    signal: str = _check(checks.signal, default="USR1")
-    lead_time: int = _check(checks.non_negative, default=120)  # seconds before the time limit
-    requeue: bool = True
-    max_requeues: int = _check(checks.non_negative, default=3)
 
 
 @record
@@ -71,7 +52,7 @@ class Remote(_Repr):
 class ClusterProfile(TrainingSettings, _Repr):
     name: str = _check(checks.job_name)
     description: str = ""
-    scheduler: Literal["slurm", "local"] = "slurm"
+    scheduler: Scheduler = "slurm"
     partition: str | None = _check(checks.safe_value, default=None)
     account: str | None = _check(checks.safe_value, default=None)
     qos: str | None = _check(checks.safe_value, default=None)

@@ -1,0 +1,177 @@
+"""The house's layering, read from the code (AST, nothing imported): the rooms of docs/architecture.md.
+
+    hpc.errors  <  hpc.slurm  <  hpc.contract  <  hpc.cluster | hpc.runtime  <  hpc.cli, hpc.api  <  re-export paths
+
+An import may point to its own room or a lower one; the login side (cluster) and the job side (runtime) never
+import each other; nothing below the entry points imports torch except the runtime; the Accelerate module paths
+(and the old paths queued jobs still run) only re-export; and no two modules import each other, however far round.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+HPC = Path(__file__).resolve().parents[2] / "hpc"
+ENTRY = {"hpc", "hpc.__main__", "hpc.api"}
+RANK = {"hpc.errors": 0, "hpc.slurm": 1, "hpc.contract": 2, "hpc.cluster": 3, "hpc.runtime": 3, "hpc.cli": 4,
+        "hpc.api": 4, "hpc.__main__": 4}
+TORCH_FREE = ("hpc.errors", "hpc.slurm", "hpc.contract", "hpc.cluster", "hpc.cli", "hpc.api")
+
+
+def _modules() -> dict[str, ast.Module]:
+    found = {}
+    for path in sorted(HPC.rglob("*.py")):
+        parts = path.relative_to(HPC.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = ast.parse(path.read_text(), str(path))
+    return found
+
+
+MODULES = _modules()
+
+
+def _reexport(name: str) -> bool:
+    """Accelerate's module paths (hpc.accelerator, hpc.state, hpc.utils.*, ...) and the paths kept for queued jobs."""
+    top = name.count(".") == 1 and name not in RANK and name not in ENTRY
+    return top or name.startswith(("hpc.utils", "hpc.test_utils"))
+
+
+def _room(name: str) -> str:
+    if _reexport(name):
+        return "re-export"
+    for room in sorted(RANK, key=len, reverse=True):
+        if name == room or name.startswith(room + "."):
+            return room
+    return name
+
+
+def _rank(name: str) -> int:
+    return 5 if _reexport(name) else RANK.get(_room(name), 5)
+
+
+def _imports(name: str, tree: ast.Module) -> list[tuple[str, int, bool]]:
+    """(imported module, line, at module level) for every import, however deep in functions."""
+    top_level = {id(node) for node in tree.body}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            # `from hpc.x import y` imports module hpc.x.y when there is one, else names of hpc.x
+            subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in MODULES]
+            targets = subs + ([node.module] if len(subs) < len(node.names) else [])
+        else:
+            continue
+        out += [(t, node.lineno, id(node) in top_level) for t in targets]
+    return out
+
+
+def _hpc_target(target: str) -> str | None:
+    while target and target not in MODULES:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def test_every_import_points_to_its_own_room_or_a_lower_one():
+    wrong = []
+    for name, tree in MODULES.items():
+        if name in ENTRY or _reexport(name):
+            continue
+        for target, line, _ in _imports(name, tree):
+            dep = _hpc_target(target) if target.startswith("hpc") else None
+            # the package itself holds the version and a lazy name table only: anything may read the version
+            if dep is None or dep == "hpc" or _room(dep) == _room(name):
+                continue
+            across = {_room(name), _room(dep)} == {"hpc.cluster", "hpc.runtime"}
+            if _rank(dep) > _rank(name) or across:
+                wrong.append(f"{name}:{line} imports {dep} ({_room(name)} -> {_room(dep)})")
+    assert not wrong, "imports that point up or across:\n" + "\n".join(wrong)
+
+
+def test_torch_is_imported_by_the_runtime_only():
+    wrong = []
+    for name, tree in MODULES.items():
+        if not name.startswith(TORCH_FREE):
+            continue
+        for target, line, top in _imports(name, tree):
+            if target.split(".")[0] == "torch":
+                wrong.append(f"{name}:{line} imports {target}")
+            # the CLI may load the runtime for the commands that need it, inside them, never at import
+            if top and target.startswith("hpc.runtime"):
+                wrong.append(f"{name}:{line} imports {target} at module level")
+    assert not wrong, "torch (or the runtime) on the torch-free side:\n" + "\n".join(wrong)
+
+
+def test_no_two_modules_import_each_other_however_far_round():
+    graph = {name: set() for name in MODULES}
+    for name, tree in MODULES.items():
+        for target, _, _ in _imports(name, tree):
+            dep = _hpc_target(target) if target.startswith("hpc") else None
+            # a module's own packages are imported before it anyway: no edge back up to them
+            if dep and dep != name and not name.startswith(dep + "."):
+                graph[name].add(dep)
+    # Tarjan's strongly connected components: any component of two or more modules is a cycle
+    index, low, stack, on, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def _definitions(tree: ast.Module) -> list[str]:
+    found = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):  # the docstring
+            continue
+        if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) and t.id.startswith("_") for t in node.targets):
+            continue  # __all__, and the name table of a lazy re-export
+        if isinstance(node, ast.FunctionDef) and node.name in ("__getattr__", "__dir__"):
+            continue  # PEP 562: loads a re-exported name on first use, so importing the path stays cheap
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            continue  # `python -m hpc.functions` of a queued job
+        found.append(f"line {node.lineno}: {ast.unparse(node).splitlines()[0][:60]}")
+    return found
+
+
+def test_accelerates_module_paths_only_re_export():
+    paths = [name for name in MODULES if _reexport(name)]
+    assert {"hpc.accelerator", "hpc.state", "hpc.utils", "hpc.utils.operations", "hpc.data_loader", "hpc.logging",
+            "hpc.local_sgd", "hpc.tracking", "hpc.env", "hpc.functions"} <= set(paths)
+    wrong = {name: found for name in paths if (found := _definitions(MODULES[name]))}
+    assert not wrong, "definitions in re-export modules:\n" + "\n".join(f"{k}: {v}" for k, v in wrong.items())
+
+
+def test_the_rules_catch_what_they_are_for():
+    """The checks above are only worth their silence if they speak: each is fed a planted fault."""
+    planted = ast.parse("import torch\nclass Thing:\n    pass\n")
+    assert _definitions(planted) == ["line 2: class Thing:"]
+    assert _room("hpc.cluster.records") == "hpc.cluster" and _room("hpc.state") == "re-export"
+    assert _rank("hpc.contract.layout") < _rank("hpc.cluster.status") and _rank("hpc.slurm.hostlist") < _rank(
+        "hpc.contract.layout")
+    assert [t for t, _, _ in _imports("x", planted)] == ["torch"]
