@@ -21,7 +21,7 @@ def profile():
 
 
 def _origin(path: Path) -> str:
-    from hpc.cluster.resources import builtin_dir, user_config_dir
+    from hpc.cluster.folders import builtin_dir, user_config_dir
 
     if path.parent == builtin_dir("cluster_configs"):
         return "built-in"
@@ -49,7 +49,8 @@ def list_(as_json):
         echo_json(rows)
         return
     click.echo(table(["name", "scheduler", "where", "description"],
-                     [(r["name"], r["scheduler"], r["where"], r["description"] or f"INVALID: {r['error']}") for r in rows]))
+                     [(r["name"], r["scheduler"], r["where"], r["description"] or f"INVALID: {r['error']}")
+                      for r in rows]))
 
 
 @profile.command()
@@ -110,7 +111,8 @@ def _new_options(fn):
 @profile.command()
 @click.argument("name")
 @_new_options
-@click.option("-o", "--out", type=click.Path(dir_okay=False), help="Where to write it [default: ./cluster_configs/NAME.yaml].")
+@click.option("-o", "--out", type=click.Path(dir_okay=False),
+              help="Where to write it [default: ./cluster_configs/NAME.yaml].")
 @click.option("--yes", "-y", is_flag=True, help="Take the default for every question not given as a flag.")
 def new(name, out, yes, **answers):
     """Create a profile by answering questions; every answer can be given as a flag.

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from hpc.cluster import resources
+from hpc.cluster import folders, ownership
 from hpc.contract import layout
 from hpc.errors import HpcError
 
@@ -96,7 +96,7 @@ def new_job_dir(output_dir: str | Path, name: str) -> Path:
 
 
 def _refuse_unsafe_root(base: Path, checked: Path, sticky_ok: bool = False) -> None:
-    why = resources.insecure(checked, sticky_ok=sticky_ok)
+    why = ownership.insecure(checked, sticky_ok=sticky_ok)
     if why is not None:
         where = "" if checked == base else f"({checked}) "
         raise HpcError(f"the job folder root {base} {where}{why}: another user could change a job before it runs",
@@ -145,7 +145,7 @@ def load_dir(job_dir: Path) -> JobRecord:
     """The record in a job folder, refused unless only this user could have written it, and checked field by
     field: it names commands (a job id, a login node's env lines) that reach a shell."""
     path = Path(job_dir) / RECORD
-    why = resources.insecure(path)
+    why = ownership.insecure(path)
     if why is not None:
         raise HpcError(f"the job record {path} {why}: refused", fix="use records only you can write")
     try:
@@ -249,7 +249,7 @@ def iter_recent() -> Iterator[JobRecord]:
         try:
             yield load_dir(Path(job_dir))
         except HpcError as e:
-            resources.note_once(f"hpc: skipping {job_dir}: {e}")
+            folders.note_once(f"hpc: skipping {job_dir}: {e}")
 
 
 def recent(limit: int) -> list[JobRecord]:

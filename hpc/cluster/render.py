@@ -18,14 +18,15 @@ import jinja2.sandbox
 from hpc.cluster import sweep as sweeps
 from hpc.cluster.config.precedence import Effective
 from hpc.cluster.config.schema import ClusterProfile, JobSpec
-from hpc.cluster.resources import builtin_dir, insecure, note_once, search_path, user_cache_dir
+from hpc.cluster.folders import builtin_dir, note_once, search_path, user_cache_dir
+from hpc.cluster.ownership import insecure
 from hpc.contract import layout
 from hpc.errors import HpcError
 from hpc.slurm.array_spec import indices as array_indices
 
 
 @dataclass(frozen=True)
-class SbatchRequest:
+class RenderedJob:
     """What ``render`` makes of a job; a backend's ``Plan`` adds the folder and the submit command."""
 
     script: str
@@ -181,7 +182,7 @@ NODE_PROBE_TIMEOUT_S = 10
 
 
 def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None = None,
-           *, backend) -> SbatchRequest:
+           *, backend) -> RenderedJob:
     """``workdir``: where the job runs (the code snapshot); None leaves it to sbatch (the submit folder)."""
     from hpc.contract import runtime_config
 
@@ -253,6 +254,6 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         raise HpcError(f"job template {template.filename}: the sandbox refused it ({e})",
                        fix="a template gets values to print, not Python to run: remove that expression") from None
     config = runtime_config.from_effective(effective, backend.warns_before_limit).as_dict()
-    return SbatchRequest(script=script, script_name=backend.script_name, template=name, hostfile=hostfile,
+    return RenderedJob(script=script, script_name=backend.script_name, template=name, hostfile=hostfile,
                          runtime_config=config, effective=effective, directives=dirs,
                          array=array_indices(array_spec) if array_spec else None)

@@ -35,7 +35,7 @@ def _control_dir() -> Path:
     """A private folder for the master connections' sockets: whoever can reach a socket runs commands as us
     on the cluster and reads what comes back. $XDG_RUNTIME_DIR when it is ours alone (and short enough for a
     socket path), else hpc-ssh-<uid> in the temporary folder, refused unless it is ours alone."""
-    from hpc.cluster.resources import insecure
+    from hpc.cluster.ownership import insecure
 
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     usable = runtime and os.path.isabs(runtime) and len(f"{runtime}/hpc-ssh") <= _SOCKET_DIR_MAX

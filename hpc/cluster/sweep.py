@@ -47,7 +47,8 @@ def load(path: str | Path) -> list[dict[str, str]]:
     if "grid" in data:
         grid = data["grid"]
         if not isinstance(grid, dict) or not grid:
-            raise ConfigError(str(path), "grid", grid, "must map names to lists of values", "write grid: {lr: [0.1, 0.01]}")
+            raise ConfigError(str(path), "grid", grid, "must map names to lists of values",
+                              "write grid: {lr: [0.1, 0.01]}")
         for key, values in grid.items():
             if not isinstance(values, list) or not values:
                 raise ConfigError(str(path), f"grid.{key}", values, "must be a non-empty list", "write [a, b]")

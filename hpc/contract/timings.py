@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hpc.contract import layout
+from hpc.contract.atomic import atomic_write
 
 FILE = layout.TIMINGS
 
@@ -39,10 +40,7 @@ def shortfall(timings: Timings, lead_time: float) -> str | None:
 
 
 def write(job_dir: str | os.PathLike, timings: Timings) -> None:
-    path = Path(job_dir) / FILE
-    tmp = path.with_name(f".{FILE}.tmp")
-    tmp.write_text(json.dumps(asdict(timings)) + "\n")
-    os.replace(tmp, path)
+    atomic_write(Path(job_dir) / FILE, json.dumps(asdict(timings)) + "\n")
 
 
 def read(job_dir: str | os.PathLike, files=None) -> Timings | None:

@@ -10,13 +10,13 @@ for the next attempt and the job script requeues. Each rank's ``function/result-
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import sys
 import traceback
 from typing import Any
 
 from hpc.contract import layout, runtime_config
+from hpc.contract.atomic import atomic_write
 from hpc.contract.function_files import CALL_FILE, KEY_FILE, sign, verified
 
 
@@ -27,11 +27,7 @@ class _WarningSignal(BaseException):
 def _save(path: str, obj: Any, key: str, name: str) -> None:
     import cloudpickle
 
-    tmp = f"{path}.tmp{os.getpid()}-{secrets.token_hex(4)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(sign(key, name, cloudpickle.dumps(obj)))
-    os.replace(tmp, path)  # a reader never sees half a pickle
+    atomic_write(path, sign(key, name, cloudpickle.dumps(obj)), mode=0o600)  # a reader never sees half a pickle
 
 
 class _Refused(Exception):

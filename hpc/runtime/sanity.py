@@ -19,6 +19,7 @@ from pathlib import Path
 
 from hpc.contract import launch_env as hpc_env
 from hpc.contract import layout
+from hpc.contract.atomic import atomic_write
 from hpc.contract.sanity_checks import ALL_GATHER, ALL_REDUCE, BARRIER, BROADCAST, PROCESS_GROUP, TRAINING
 from hpc.errors import HpcError
 
@@ -114,9 +115,7 @@ def _save(path: Path | None, result: dict) -> None:
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, path)  # `hpc test` may read while a hung job is cancelled: never half a file
+    atomic_write(path, json.dumps(result))  # `hpc test` may read while a hung job is cancelled: never half a file
 
 
 def main() -> int:

@@ -24,7 +24,7 @@ def test_installed_package_carries_its_data(installed, tmp_path):
     assert (installed / "hpc" / "job_templates" / "srun.sbatch.j2").is_file()
     assert (installed / "hpc" / "cluster_configs" / "local.yaml").is_file()
     env = {**os.environ, "PYTHONPATH": str(installed), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
-    code = "import hpc.cluster.resources as r; print(r.builtin_dir('job_templates'))"
+    code = "import hpc.cluster.folders as r; print(r.builtin_dir('job_templates'))"
     where = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert where.stdout.strip() == str(installed / "hpc" / "job_templates")
     proc = subprocess.run([sys.executable, "-m", "hpc", "render", "-p", "slurm-local", "-N", "2", "train.py"],

@@ -25,8 +25,8 @@ from hpc.cluster.backends.base import LocalFiles
 from hpc.cluster.backends.remote import PRIVATE_JOB_DIR, RemoteSlurmBackend
 from hpc.cluster.config import precedence
 from hpc.cluster.config.schema import Remote
+from hpc.cluster.folders import builtin_dir
 from hpc.cluster.render import render
-from hpc.cluster.resources import builtin_dir
 from hpc.cluster.ssh import Ssh
 from hpc.errors import HpcError
 from tests.conftest import SLURM_LOCAL, hpc_cmd

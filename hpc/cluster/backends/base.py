@@ -14,6 +14,7 @@ from pathlib import Path
 from hpc.cluster.config.precedence import Effective
 from hpc.cluster.records import JobRecord
 from hpc.contract import layout
+from hpc.contract.atomic import atomic_write
 from hpc.errors import HpcError
 from hpc.slurm.commands import TaskState
 
@@ -51,11 +52,7 @@ class Plan:
             if target.exists():
                 raise HpcError(f"{target} already exists", fix="choose another output folder, or remove it first")
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-            tmp.write_bytes(content if isinstance(content, bytes) else content.encode())
-            if name == self.script_name:
-                tmp.chmod(0o755)
-            os.replace(tmp, target)
+            atomic_write(target, content, mode=0o755 if name == self.script_name else None)
             written.append(target)
         return written
 

@@ -15,8 +15,8 @@ from hpc.cluster.backends.base import (
     own_state,
     task_files,
 )
+from hpc.cluster.folders import user_cache_dir
 from hpc.cluster.records import JobRecord
-from hpc.cluster.resources import user_cache_dir
 from hpc.contract import layout
 from hpc.errors import HpcError
 from hpc.slurm import array_spec, formats, hostlist

@@ -132,7 +132,7 @@ def default_layers(config_file: str | None, environ: Mapping[str, str] | None = 
 
 
 def default_job_file() -> Path:
-    from hpc.cluster.resources import user_config_dir
+    from hpc.cluster.folders import user_config_dir
 
     return user_config_dir() / "job.yaml"
 
@@ -255,7 +255,8 @@ def _check_against_profile(job: JobSpec, profile: ClusterProfile, located: dict[
     if len(targets) > 1:
         fail(targets[1], f"cannot be combined with {targets[0]}", "give one of a script, -m MODULE or a command")
     if profile.max_nodes and job.nodes > profile.max_nodes:
-        fail("nodes", f"exceeds the profile's max_nodes {profile.max_nodes}", f"ask for at most {profile.max_nodes} nodes")
+        fail("nodes", f"exceeds the profile's max_nodes {profile.max_nodes}",
+             f"ask for at most {profile.max_nodes} nodes")
     if profile.max_time:
         limit, asked = formats.parse_time(profile.max_time), formats.parse_time(job.time)
         if limit is not None and (asked is None or asked > limit):

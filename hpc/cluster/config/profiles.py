@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hpc.cluster.config import files, safe_yaml
 from hpc.cluster.config.schema import ClusterProfile
-from hpc.cluster.resources import builtin_dir, note_once, search_path
+from hpc.cluster.folders import builtin_dir, note_once, search_path
 from hpc.contract.validate import build, check_field, field_names, unknown_key_error
 from hpc.errors import ConfigError, HpcError, shorten, shown
 

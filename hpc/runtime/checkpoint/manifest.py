@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from hpc.contract.atomic import atomic_write
 from hpc.runtime.checkpoint.crc import crc32
 
 NAME = "manifest.json"
@@ -41,13 +42,7 @@ def fsync_dir(path: Path) -> None:
 
 def write_json_atomic(path: Path, data: dict, fsync: bool = True) -> None:
     """Write to a temporary name in the same folder, then rename: readers see all of it or none."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        if fsync:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=1, sort_keys=True), fsync=fsync)
     if fsync:
         fsync_dir(path.parent)
 

@@ -1,52 +1,11 @@
-"""Where the shipped job_templates/ and cluster_configs/ are, installed or in a checkout; and whether a folder of
-the user's can be trusted, i.e. whether another user could have put or changed what is in it."""
+"""Whether another user could change a path: the check every folder and file hpc trusts goes through (the SSH
+socket folder, job roots, job records, ./job_templates and ./cluster_configs)."""
 
 from __future__ import annotations
 
 import os
 import stat
-import sys
 from pathlib import Path
-
-_PKG = Path(__file__).resolve().parents[1]  # the hpc package
-_noted: set[str] = set()
-
-
-def builtin_dir(name: str) -> Path:
-    """``job_templates`` or ``cluster_configs``: inside the installed package, else at the repository top."""
-    installed = _PKG / name
-    return installed if installed.is_dir() else _PKG.parent / name
-
-
-def user_config_dir() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "hpc"
-
-
-def user_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "hpc"
-
-
-def search_path(name: str) -> list[Path]:
-    """Lookup order for profiles and templates: ./NAME, the user's config folder, built-in. A folder another
-    user could have written (see ``insecure``) is left out, with a note: its profiles and templates become
-    the commands of our jobs."""
-    found = []
-    for folder in (Path.cwd() / name, user_config_dir() / name):
-        why = insecure(folder) if folder.is_dir() else None
-        if why is None:
-            found.append(folder)
-        else:
-            note_once(f"hpc: note: ignoring {folder}: {why}")
-    return [*found, builtin_dir(name)]
-
-
-def note_once(line: str) -> None:
-    """A line on stderr, once per process (a command renders and loads profiles more than once)."""
-    if line not in _noted:
-        _noted.add(line)
-        print(line, file=sys.stderr)
 
 
 def _mode(st: os.stat_result) -> str:

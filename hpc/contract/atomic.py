@@ -1,0 +1,53 @@
+"""Files written whole or not at all: readers (the other side, a requeued attempt, `hpc status`) see the old
+content or the new, never half; and a crash leaves at most a hidden temp file, never a damaged real one.
+
+The temp file lies beside the target (a rename within one filesystem is atomic), has a name no one can guess
+ahead (``.NAME.tmp<pid>-<random>``), is created exclusively without following links and readable by this user
+only until it takes the real name, with the mode asked for (default: what the umask gives a new file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def _umask_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike, *, mode: int | None = None, fsync: bool = False) -> Iterator[Path]:
+    """Yield a private temp path to write ``path``'s new content at (and check it there); when the block ends
+    without an error it takes ``path``'s name, else it is removed."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}-{secrets.token_hex(4)}")
+    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    try:
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, _umask_mode() if mode is None else mode)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def atomic_write(path: str | os.PathLike, data: str | bytes, *, mode: int | None = None,
+                 fsync: bool = False) -> None:
+    """``path`` holds ``data`` afterwards, written whole (see the module's docstring)."""
+    with replacing(path, mode=mode, fsync=fsync) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
