@@ -175,3 +175,17 @@ def test_the_rules_catch_what_they_are_for():
     assert _rank("hpc.contract.layout") < _rank("hpc.cluster.status") and _rank("hpc.slurm.hostlist") < _rank(
         "hpc.contract.layout")
     assert [t for t, _, _ in _imports("x", planted)] == ["torch"]
+
+
+def test_the_architecture_page_names_every_module_of_the_three_rooms():
+    """docs/architecture.md is the map a newcomer reads: a module it does not name is a room they cannot find."""
+    page = (HPC.parent / "docs" / "architecture.md").read_text()
+    missing = []
+    for name in MODULES:
+        parts = name.split(".")
+        if len(parts) != 3 or parts[1] not in ("slurm", "contract", "cluster", "runtime"):
+            continue
+        spelled = f"`{parts[2]}/`" if (HPC / parts[1] / parts[2]).is_dir() else f"`{parts[2]}.py`"
+        if spelled not in page:
+            missing.append(f"{name} ({spelled})")
+    assert not missing, "docs/architecture.md does not name:\n" + "\n".join(missing)
