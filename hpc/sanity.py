@@ -2,20 +2,11 @@
 
 import sys
 
-from hpc.runtime.sanity import (
-    ALL_GATHER,
-    ALL_REDUCE,
-    BARRIER,
-    BARRIER_DELAY_S,
-    BROADCAST,
-    CHECKS,
-    LR,
-    PROCESS_GROUP,
-    TRAINING,
-    main,
-)
+from hpc.contract.sanity_checks import ALL_GATHER, ALL_REDUCE, BARRIER, BROADCAST, CHECKS, PROCESS_GROUP, TRAINING
+from hpc.runtime.sanity import BARRIER_DELAY_S, LR, main
 
-__all__ = ['ALL_GATHER', 'ALL_REDUCE', 'BARRIER', 'BARRIER_DELAY_S', 'BROADCAST', 'CHECKS', 'LR', 'PROCESS_GROUP', 'TRAINING', 'main']
+__all__ = ["ALL_GATHER", "ALL_REDUCE", "BARRIER", "BARRIER_DELAY_S", "BROADCAST", "CHECKS", "LR", "PROCESS_GROUP",
+           "TRAINING", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -189,3 +189,22 @@ def test_the_architecture_page_names_every_module_of_the_three_rooms():
         if spelled not in page:
             missing.append(f"{name} ({spelled})")
     assert not missing, "docs/architecture.md does not name:\n" + "\n".join(missing)
+
+
+def test_the_paths_users_and_queued_jobs_run_still_work():
+    """A job queued before the move runs `python -m hpc.script_checkpoints` and imports hpc.env; scripts import
+    Accelerate's paths. Each answers as before (the module entry points print their usage and exit 2)."""
+    import subprocess
+    import sys
+
+    for module in ("hpc.script_checkpoints", "hpc.runtime.checkpoint.script_resume"):
+        proc = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "usage: python -m" in proc.stderr, (module, proc.stderr)
+    every = sorted(name for name in MODULES if _reexport(name))
+    code = (f"import importlib; [importlib.import_module(m) for m in {every!r}]; "
+            "import hpc.env, hpc.functions, hpc.sanity; "
+            "assert hpc.env.detect({'RANK': '1', 'WORLD_SIZE': '2', 'LOCAL_RANK': '1', 'MASTER_ADDR': 'n1', "
+            "'MASTER_PORT': '29500'}).rank == 1; "
+            "assert callable(hpc.functions.main) and callable(hpc.sanity.main)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
