@@ -9,4 +9,5 @@ from hpc.runtime.data.loader import (
     skip_first_batches,
 )
 
-__all__ = ['DataLoaderConfiguration', 'PreparedDataLoader', 'SeedableRandomSampler', 'SkipFirstBatches', 'prepare_data_loader', 'skip_first_batches']
+__all__ = ['DataLoaderConfiguration', 'PreparedDataLoader', 'SeedableRandomSampler', 'SkipFirstBatches',
+           'prepare_data_loader', 'skip_first_batches']

@@ -81,7 +81,8 @@ for name in called:
 try:
     module.main()
 except BaseException as error:
-    log.write(json.dumps({"case": "main", "ok": False, "error": traceback.format_exception_only(type(error), error)[-1].strip()[:300]}) + "\n")
+    log.write(json.dumps({"case": "main", "ok": False,
+                          "error": traceback.format_exception_only(type(error), error)[-1].strip()[:300]}) + "\n")
     raise
 '''
 

@@ -160,7 +160,8 @@ def test_accelerates_slurm_multinode_script_with_hpc_in_place_of_accelerate(slur
     log = (tmp_path / "out.log").read_text()
     ranks = [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("rank*.json"))]
     assert len(ranks) == 4 and {r["world"] for r in ranks} == {4} and {r["sum"] for r in ranks} == {6.0}, log
-    assert sorted(r["host"] for r in ranks) == ["node1", "node1", "node2", "node2"] and {r["omp"] for r in ranks} == {"2"}
+    assert (sorted(r["host"] for r in ranks) == ["node1", "node1", "node2", "node2"]
+            and {r["omp"] for r in ranks} == {"2"})
     assert "first: 0" in log and "second: 2" in log, log
     assert "machine_rank 5 (a flag or the config file), but SLURM says 0 (SLURM_NODEID)" in log, log
     assert "hpc: note" not in log  # checked against SLURM, so nothing to explain

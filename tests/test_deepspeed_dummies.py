@@ -38,8 +38,8 @@ WORKER = textwrap.dedent("""
 
 def test_a_deepspeed_configs_own_optimizer_and_scheduler_train(tmp_path):
     (tmp_path / "w.py").write_text(WORKER)
-    run = subprocess.run([sys.executable, "-m", "hpc", "launch", "--cpu", "--num_processes", "2", str(tmp_path / "w.py"),
-                          str(tmp_path)], capture_output=True, text=True, timeout=300)
+    run = subprocess.run([sys.executable, "-m", "hpc", "launch", "--cpu", "--num_processes", "2",
+                          str(tmp_path / "w.py"), str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     outs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert len(outs) == 2 and outs[0] == outs[1]
@@ -61,4 +61,5 @@ def test_dummies_without_deepspeed_are_one_line():
     """)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode != 0
-    assert "DummyOptim stands for the optimizer or scheduler of a DeepSpeed config" in run.stderr.strip().splitlines()[-1]
+    assert ("DummyOptim stands for the optimizer or scheduler of a DeepSpeed config"
+            in run.stderr.strip().splitlines()[-1])

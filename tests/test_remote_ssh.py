@@ -83,7 +83,8 @@ def test_submit_logs_status_list_wait_over_ssh_and_a_resubmit_sends_only_what_ch
     follow = hpc(login, project, "logs", "-f", "--all", job["job_id"])  # streams until the job ends
     assert follow.returncode == 0, follow.stderr
     lines = sorted(line for line in follow.stdout.splitlines() if "hello from rank" in line)
-    assert lines == [f"[rank{r}] hello from rank {r} on node{r + 1} args [\"it's $HOME\"]" for r in (0, 1)], follow.stdout
+    assert lines == [f"[rank{r}] hello from rank {r} on node{r + 1} args [\"it's $HOME\"]"
+                     for r in (0, 1)], follow.stdout
     wait = hpc(login, project, "wait", job["job_id"])
     assert wait.returncode == 0 and "COMPLETED" in wait.stdout, wait.stdout + wait.stderr
     status = json.loads(hpc(login, project, "status", "--json", job["job_id"]).stdout)

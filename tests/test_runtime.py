@@ -108,7 +108,8 @@ def test_the_tiny_lm_example_learns(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "hpc", "launch", "--nproc", "2", str(example), "--steps", "15"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    final, uniform = (float(x) for x in proc.stdout.split("final loss ")[1].replace(")", "").split(" (uniform would be "))
+    final, uniform = (float(x)
+                      for x in proc.stdout.split("final loss ")[1].replace(")", "").split(" (uniform would be "))
     assert final < 0.75 * uniform
     logged = [json.loads(x) for x in (tmp_path / "logs" / "tiny_lm.jsonl").read_text().splitlines()]
     assert [e["step"] for e in logged[1:]] == list(range(1, 16))  # main process only: one line per step

@@ -26,7 +26,8 @@ def test_expand_matches_scontrol(slurm, text):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.sampled_from(["node", "gpu-a", "cn"]), st.integers(0, 500), st.sampled_from([0, 3]), st.sampled_from(["", ".ib"])),
+@given(st.lists(st.tuples(st.sampled_from(["node", "gpu-a", "cn"]), st.integers(0, 500), st.sampled_from([0, 3]),
+                          st.sampled_from(["", ".ib"])),
                 min_size=1, max_size=30))
 def test_compressed_lists_expand_alike_in_slurm(slurm, parts):
     hosts = [f"{prefix}{str(n).zfill(width)}{suffix}" for prefix, n, width, suffix in parts]

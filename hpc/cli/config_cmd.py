@@ -106,7 +106,8 @@ def _answers_to_job(answers: dict) -> dict:
     if job.get("gradient_clipping") == 0:
         job.pop("gradient_clipping")
     if isinstance(job.get("fsdp_transformer_layer_cls_to_wrap"), str):
-        job["fsdp_transformer_layer_cls_to_wrap"] = [c.strip() for c in job["fsdp_transformer_layer_cls_to_wrap"].split(",")
+        job["fsdp_transformer_layer_cls_to_wrap"] = [c.strip()
+                                                     for c in job["fsdp_transformer_layer_cls_to_wrap"].split(",")
                                                      if c.strip()]
     return job
 
@@ -190,7 +191,8 @@ def config(ctx, out, yes, **given):
 @config.command()
 @click.option("--mixed-precision", "--mixed_precision", type=click.Choice(["no", "bf16", "fp16", "fp8"]), default="no",
               show_default=True)
-@click.option("-o", "--out", type=click.Path(dir_okay=False), help="Where to write it [default: ~/.config/hpc/job.yaml].")
+@click.option("-o", "--out", type=click.Path(dir_okay=False),
+              help="Where to write it [default: ~/.config/hpc/job.yaml].")
 def default(mixed_precision, out):
     """Write the default job file without questions, as `accelerate config default` does."""
     target = _target(out)

@@ -53,7 +53,8 @@ def _gpus() -> list[str]:
     if smi:
         out = _run([smi, "-L"])
         return out.splitlines() if out else []
-    return sorted(p.name for p in Path("/proc/driver/nvidia/gpus").glob("*")) if Path("/proc/driver/nvidia/gpus").is_dir() else []
+    return (sorted(p.name for p in Path("/proc/driver/nvidia/gpus").glob("*"))
+            if Path("/proc/driver/nvidia/gpus").is_dir() else [])
 
 
 def _nics() -> list[dict]:

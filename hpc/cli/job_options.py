@@ -15,8 +15,10 @@ from hpc.errors import shown
 # (flag spellings, job key, click kwargs)
 _FLAGS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
     (("--nodes", "-N"), "nodes", {"type": int, "help": "Nodes to allocate."}),
-    (("--ntasks-per-node",), "ntasks_per_node", {"type": int, "help": "SLURM tasks per node (default: one per GPU or slot; 1 for torchrun/deepspeed)."}),
-    (("--nproc-per-node", "--nproc"), "nproc_per_node", {"type": int, "help": "Processes per node (default: GPUs per node, or the profile's slots)."}),
+    (("--ntasks-per-node",), "ntasks_per_node",
+     {"type": int, "help": "SLURM tasks per node (default: one per GPU or slot; 1 for torchrun/deepspeed)."}),
+    (("--nproc-per-node", "--nproc"), "nproc_per_node",
+     {"type": int, "help": "Processes per node (default: GPUs per node, or the profile's slots)."}),
     (("--gpus-per-node",), "gpus_per_node", {"type": int, "help": "GPUs per node."}),
     (("--cpus-per-task", "-c"), "cpus_per_task", {"type": int, "help": "CPUs per process."}),
     (("--mem",), "mem", {"help": "Memory per node, e.g. 64G."}),
@@ -29,23 +31,40 @@ _FLAGS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
     (("--reservation",), "reservation", {"help": "Reservation name."}),
     (("--nodelist", "-w"), "nodelist", {"help": "Hosts to run on, e.g. node[01-04]."}),
     (("--job-name", "-J"), "job_name", {"help": "Job name (default: the script's name)."}),
-    (("--launcher",), "launcher", {"type": click.Choice(["srun", "torchrun", "deepspeed"]), "help": "How ranks are started."}),
+    (("--launcher",), "launcher",
+     {"type": click.Choice(["srun", "torchrun", "deepspeed"]), "help": "How ranks are started."}),
     (("--elastic",), "elastic", {"metavar": "MIN:MAX", "help": "Elastic torchrun between MIN and MAX nodes."}),
-    (("--max-restarts", "--max_restarts"), "max_restarts", {"type": int, "help": "torchrun restarts of the worker group."}),
+    (("--max-restarts", "--max_restarts"), "max_restarts",
+     {"type": int, "help": "torchrun restarts of the worker group."}),
     (("--array", "-a"), "array", {"help": "Array spec, e.g. 0-99%8."}),
-    (("--sweep",), "sweep", {"metavar": "FILE", "help": "Sweep file (grid or list): one array job, one task per entry."}),
-    (("--after",), "after", {"multiple": True, "metavar": "JOB[:TYPE]", "help": "Start after JOB (afterok, or afterany/afternotok/...). Repeatable."}),
+    (("--sweep",), "sweep",
+     {"metavar": "FILE", "help": "Sweep file (grid or list): one array job, one task per entry."}),
+    (("--after",), "after",
+     {"multiple": True, "metavar": "JOB[:TYPE]",
+      "help": "Start after JOB (afterok, or afterany/afternotok/...). Repeatable."}),
     (("--template",), "template", {"help": "Job template by name (./job_templates first)."}),
     (("--output-dir",), "output_dir", {"help": "Folder that holds job folders (default from the profile)."}),
-    (("--mixed-precision", "--mixed_precision"), "mixed_precision", {"type": click.Choice(["no", "bf16", "fp16", "fp8"]), "help": "Accelerator's precision in the job."}),
-    (("--gradient-accumulation-steps", "--gradient_accumulation_steps"), "gradient_accumulation_steps", {"type": int, "help": "Accelerator's accumulation in the job."}),
-    (("--strategy",), "strategy", {"type": click.Choice(["ddp", "fsdp", "deepspeed"]), "help": "How Accelerator spreads the model (other fsdp_*/ZeRO keys: --set or a job file)."}),
-    (("--zero-stage", "--zero_stage"), "zero_stage", {"type": click.IntRange(0, 3), "help": "DeepSpeed ZeRO stage (with --strategy deepspeed)."}),
-    (("--fsdp-sharding-strategy", "--fsdp_sharding_strategy"), "fsdp_sharding_strategy", {"type": click.Choice(["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"]), "help": "FSDP sharding (with --strategy fsdp)."}),
-    (("--hang-timeout",), "hang_timeout", {"type": float, "metavar": "SECONDS", "help": "End (or with hang_requeue, requeue) a job whose ranks make no step for this long; 0: off [300]."}),
+    (("--mixed-precision", "--mixed_precision"), "mixed_precision",
+     {"type": click.Choice(["no", "bf16", "fp16", "fp8"]), "help": "Accelerator's precision in the job."}),
+    (("--gradient-accumulation-steps", "--gradient_accumulation_steps"), "gradient_accumulation_steps",
+     {"type": int, "help": "Accelerator's accumulation in the job."}),
+    (("--strategy",), "strategy",
+     {"type": click.Choice(["ddp", "fsdp", "deepspeed"]),
+      "help": "How Accelerator spreads the model (other fsdp_*/ZeRO keys: --set or a job file)."}),
+    (("--zero-stage", "--zero_stage"), "zero_stage",
+     {"type": click.IntRange(0, 3), "help": "DeepSpeed ZeRO stage (with --strategy deepspeed)."}),
+    (("--fsdp-sharding-strategy", "--fsdp_sharding_strategy"), "fsdp_sharding_strategy",
+     {"type": click.Choice(["FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"]),
+      "help": "FSDP sharding (with --strategy fsdp)."}),
+    (("--hang-timeout",), "hang_timeout",
+     {"type": float, "metavar": "SECONDS",
+      "help": "End (or with hang_requeue, requeue) a job whose ranks make no step for this long; 0: off [300]."}),
     (("--module", "-m"), "module", {"help": "Run a Python module (python -m MODULE) instead of a script."}),
     (("--cpu-bind",), "cpu_bind", {"help": "srun --cpu-bind for every task, e.g. cores."}),
-    (("--resume-args",), "resume_args", {"metavar": "ARGS", "callback": lambda ctx, param, value: _shell_words(value), "help": "A script that resumes itself: the arguments a requeued attempt gets, {checkpoint} standing for its newest verified checkpoint, e.g. '--resume_from_checkpoint {checkpoint}'."}),
+    (("--resume-args",), "resume_args",
+     {"metavar": "ARGS", "callback": lambda ctx, param, value: _shell_words(value),
+      "help": "A script that resumes itself: the arguments a requeued attempt gets, {checkpoint} standing for its "
+              "newest verified checkpoint, e.g. '--resume_from_checkpoint {checkpoint}'."}),
 ]
 
 
@@ -63,7 +82,8 @@ class JobCommand(click.Command):
     them; --help shows only --config_file), then click parses the rest."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        rest, ctx.meta["hpc.accelerate"] = accelerate_flags.take(args, keep=accelerate_flags.SUBMIT_HAS | {"config_file"})
+        rest, ctx.meta["hpc.accelerate"] = accelerate_flags.take(args,
+                                                                 keep=accelerate_flags.SUBMIT_HAS | {"config_file"})
         return super().parse_args(ctx, rest)
 
 
@@ -71,7 +91,8 @@ def job_options(fn: Callable) -> Callable:
     """Add every job flag plus --profile/--config/--set and the TARGET [ARGS]... arguments. The command must be a
     JobCommand (`@click.command(cls=JobCommand)`), which takes `accelerate launch`'s flags too."""
 
-    @click.option("--profile", "-p", "profile", envvar="HPC_PROFILE", help="Cluster profile name or path [env: HPC_PROFILE; default: local].")
+    @click.option("--profile", "-p", "profile", envvar="HPC_PROFILE",
+                  help="Cluster profile name or path [env: HPC_PROFILE; default: local].")
     @click.option("--config", "job_file", type=click.Path(dir_okay=False), help="Job file (YAML) with job keys.")
     @click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Set any job key. Repeatable.")
     @click.argument("target", required=False)

@@ -13,7 +13,8 @@ from hpc.errors import HpcError
 def measure(target: str) -> ModelSize:
     """MODEL as the command takes it -> its size. Only a folder or module:callable imports torch."""
     has_config = os.path.isfile(os.path.join(target, "config.json"))
-    if os.path.isdir(target) and (has_config or not PARAMETER_COUNT.fullmatch(target)):  # a stray folder named 7B is a count
+    # a stray folder named 7B is a count
+    if os.path.isdir(target) and (has_config or not PARAMETER_COUNT.fullmatch(target)):
         from hpc.runtime.model_shapes import build_from_folder, model_size
 
         return model_size(build_from_folder(target))

@@ -17,7 +17,8 @@ Examples:
   hpc render -p juwels-booster --explain -m mypkg.train
 """)
 @job_options
-@click.option("-o", "--out", "out", type=click.Path(file_okay=False), help="Write the files into this folder instead of printing.")
+@click.option("-o", "--out", "out", type=click.Path(file_okay=False),
+              help="Write the files into this folder instead of printing.")
 @click.option("--explain", is_flag=True, help="Show every effective value and where it came from.")
 @click.option("--json", "as_json", is_flag=True, help="Print script, hostfile and effective values as JSON.")
 def render(profile, job_file, assignments, target, args, flags, out, explain, as_json):

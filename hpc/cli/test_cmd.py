@@ -1,5 +1,5 @@
-"""`hpc test`: submit a short sanity job (`python -m hpc.runtime.sanity`) as `hpc submit` would, wait, and judge what its
-ranks wrote, as `accelerate test` does for Accelerate."""
+"""`hpc test`: submit a short sanity job (`python -m hpc.runtime.sanity`) as `hpc submit` would, wait, and judge what
+its ranks wrote, as `accelerate test` does for Accelerate."""
 
 from __future__ import annotations
 

@@ -292,7 +292,8 @@ def _env_lines(ctx: _Context, name: str, value: Any) -> None:
 _TPU = refuse(None, False, "false", [], "", problem="is for TPUs; hpc runs CPUs and NVIDIA GPUs", fix="remove it")
 _MEGATRON = refuse(None, False, "false", problem="Megatron-LM is not supported by hpc",
                    fix="use FSDP or DeepSpeed (distributed_type FSDP or DEEPSPEED)")
-_PARALLELISM = refuse(None, False, "false", 1, "1", problem="tensor, context and sequence parallelism are not in hpc yet",
+_PARALLELISM = refuse(None, False, "false", 1, "1",
+                      problem="tensor, context and sequence parallelism are not in hpc yet",
                       fix="remove it; FSDP's HYBRID_SHARD covers replicate x shard")
 
 # setting name (flat, as the launch flag and the config file spell it) -> what it becomes

@@ -105,7 +105,8 @@ def _from_standard(environ: Mapping[str, str]) -> DistEnv:
         world_size=world, local_world_size=local_world,
         node_rank=_int(environ, "GROUP_RANK", _int(environ, "NODE_RANK", rank // local_world)),
         num_nodes=max(1, world // local_world), master_addr=environ.get("MASTER_ADDR", ""),
-        master_port=_int(environ, "MASTER_PORT", 0), job_id=environ.get("SLURM_JOB_ID") or environ.get("TORCHELASTIC_RUN_ID"),
+        master_port=_int(environ, "MASTER_PORT", 0),
+        job_id=environ.get("SLURM_JOB_ID") or environ.get("TORCHELASTIC_RUN_ID"),
         restart_count=_int(environ, "TORCHELASTIC_RESTART_COUNT", _int(environ, "SLURM_RESTART_COUNT", 0)))
 
 

@@ -66,7 +66,8 @@ def read(path: str | os.PathLike) -> RuntimeConfig:
             data = json.load(f)
     except (OSError, ValueError) as e:
         raise HpcError(f"cannot read the runtime config {path}: {e}",
-                       fix=f"unset {layout.RUNTIME_CONFIG_ENV}, or point it at the job's {layout.RUNTIME_CONFIG}") from None
+                       fix=f"unset {layout.RUNTIME_CONFIG_ENV}, or point it at the job's "
+                           f"{layout.RUNTIME_CONFIG}") from None
     if not isinstance(data, dict):
         raise HpcError(f"the runtime config {path} is not a JSON object", fix="resubmit the job")
     if data.get("version") == 1:  # a job submitted before the upgrade, requeued after it: carry on

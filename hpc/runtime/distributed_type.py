@@ -58,7 +58,7 @@ class RNGType(str, enum.Enum):
     GENERATOR = "generator"
 
 
-__all__ = ["TorchDynamoPlugin", "AutocastKwargs", "DDPCommunicationHookType", "InitProcessGroupKwargs", "KwargsHandler", "ProfileKwargs",
-           "DataLoaderConfiguration", "DeepSpeedPlugin", "DistributedDataParallelKwargs", "DistributedType",
-           "FullyShardedDataParallelPlugin", "GradScalerKwargs", "GradientAccumulationPlugin", "ProjectConfiguration",
-           "RNGType"]
+__all__ = ["TorchDynamoPlugin", "AutocastKwargs", "DDPCommunicationHookType", "InitProcessGroupKwargs", "KwargsHandler",
+           "ProfileKwargs", "DataLoaderConfiguration", "DeepSpeedPlugin", "DistributedDataParallelKwargs",
+           "DistributedType", "FullyShardedDataParallelPlugin", "GradScalerKwargs", "GradientAccumulationPlugin",
+           "ProjectConfiguration", "RNGType"]

@@ -57,7 +57,8 @@ def notebook_launcher(function: Callable, args: tuple = (), num_processes: int |
     if changed:
         raise HpcError(f"notebook_launcher({changed[0]}=...) is not supported by hpc (its processes are forked "
                        "here, without torchrun's agent)",
-                       fix="drop it; for restarts submit the training as a job (hpc submit): it is requeued and resumes")
+                       fix="drop it; for restarts submit the training as a job (hpc submit): "
+                           "it is requeued and resumes")
     env = {"ACCELERATE_MIXED_PRECISION": str(mixed_precision)}
     if not num_processes or (num_processes == 1 and num_nodes == 1):
         os.environ.update(env)

@@ -237,12 +237,14 @@ def check_fits(slurm: Slurm, partition: str | None, nodes: int, time: str, gpus_
         raise HpcError(f"--nodes {nodes} exceeds partition {name}'s {total} nodes", fix=f"ask for at most {total}")
     max_nodes = info.get("MaxNodes", "UNLIMITED")
     if max_nodes.isdigit() and nodes > int(max_nodes):
-        raise HpcError(f"--nodes {nodes} exceeds partition {name}'s MaxNodes {max_nodes}", fix=f"ask for at most {max_nodes}")
+        raise HpcError(f"--nodes {nodes} exceeds partition {name}'s MaxNodes {max_nodes}",
+                       fix=f"ask for at most {max_nodes}")
     max_time = info.get("MaxTime", "UNLIMITED")
     if max_time not in ("UNLIMITED", "INFINITE"):
         limit, asked = formats.parse_time(max_time), formats.parse_time(time)
         if limit is not None and (asked is None or asked > limit):
-            raise HpcError(f"--time {time} exceeds partition {name}'s MaxTime {max_time}", fix=f"ask for at most {max_time}")
+            raise HpcError(f"--time {time} exceeds partition {name}'s MaxTime {max_time}",
+                           fix=f"ask for at most {max_time}")
     if gpus_per_node and "gpu" not in slurm.partition_gres(name):
         raise HpcError(f"partition {name} has no GPUs (GRES) but the job asks for {gpus_per_node} per node",
                        fix="choose a GPU partition, or --gpus-per-node 0")

@@ -8,4 +8,5 @@ from hpc.runtime.test_support.training import (
     mocked_dataloaders_for_autoregressive_models,
 )
 
-__all__ = ['MRPC_SAMPLES', 'RegressionDataset', 'RegressionModel', 'mocked_dataloaders', 'mocked_dataloaders_for_autoregressive_models']
+__all__ = ['MRPC_SAMPLES', 'RegressionDataset', 'RegressionModel', 'mocked_dataloaders',
+           'mocked_dataloaders_for_autoregressive_models']

@@ -18,4 +18,7 @@ from hpc.runtime.distributed_type import (
     TorchDynamoPlugin,
 )
 
-__all__ = ['AutocastKwargs', 'DDPCommunicationHookType', 'DataLoaderConfiguration', 'DeepSpeedPlugin', 'DistributedDataParallelKwargs', 'DistributedType', 'FullyShardedDataParallelPlugin', 'GradScalerKwargs', 'GradientAccumulationPlugin', 'InitProcessGroupKwargs', 'KwargsHandler', 'ProfileKwargs', 'ProjectConfiguration', 'RNGType', 'TorchDynamoPlugin']
+__all__ = ['AutocastKwargs', 'DDPCommunicationHookType', 'DataLoaderConfiguration', 'DeepSpeedPlugin',
+           'DistributedDataParallelKwargs', 'DistributedType', 'FullyShardedDataParallelPlugin', 'GradScalerKwargs',
+           'GradientAccumulationPlugin', 'InitProcessGroupKwargs', 'KwargsHandler', 'ProfileKwargs',
+           'ProjectConfiguration', 'RNGType', 'TorchDynamoPlugin']

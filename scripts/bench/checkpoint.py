@@ -3,8 +3,8 @@
 
     python scripts/bench/checkpoint.py [--gib 1.0] [--repeat 3] [--crash-trials 50] [--signal]
 
-One process, a model plus its AdamW state of about --gib GiB in all (on --device), saved to the local disk (page cache warm,
-as checkpoints usually are). Rows: raw baselines, hpc sync save (manifest with CRC-32 of every byte, commit
+One process, a model plus its AdamW state of about --gib GiB in all (on --device), saved to the local disk (page
+cache warm, as checkpoints usually are). Rows: raw baselines, hpc sync save (manifest with CRC-32 of every byte, commit
 by rename), hpc async save (the training stall = the time save_state returns; then until commit), load
 (checksums verified first). --crash-trials SIGKILLs a saving process at random moments and checks that the
 newest committed checkpoint always verifies. --signal (needs scripts/slurm-local) times each kind of
@@ -240,7 +240,8 @@ def main() -> None:
     parser.add_argument("--gib", type=float, default=1.0)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--crash-trials", type=int, default=50)
-    parser.add_argument("--signal", action="store_true", help="also time interruption -> training again on scripts/slurm-local")
+    parser.add_argument("--signal", action="store_true",
+                        help="also time interruption -> training again on scripts/slurm-local")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the training state lives")
     parser.add_argument("--dir", type=Path, help="where to write (default: a temporary folder)")
     args = parser.parse_args()

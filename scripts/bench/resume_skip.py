@@ -137,8 +137,8 @@ t = time.perf_counter(); dl.resume_at(0, {position}); next(iter(dl)); print(time
 
 def old_hpc(n, shuffle):
     """hpc's data.py before this change (git HEAD), in a child process: it lists the whole epoch's order."""
-    source = subprocess.run(["git", "show", "HEAD:hpc/runtime/data/prepare.py"], cwd=ROOT, capture_output=True, text=True,
-                            check=True).stdout
+    source = subprocess.run(["git", "show", "HEAD:hpc/runtime/data/prepare.py"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout
     code = OLD.format(root=str(ROOT), source=source, world=WORLD, n=n, batch=BATCH, shuffle=shuffle,
                       position=min(POSITION, n // (BATCH * WORLD) - 1))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

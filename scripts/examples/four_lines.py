@@ -23,4 +23,5 @@ for batch in dataloader:
     optimizer.step()
 
 # one write per line: ranks may share one output stream
-sys.stdout.write(f"rank {accelerator.process_index} of {accelerator.num_processes} {accelerator.distributed_type.value}\n")
+sys.stdout.write(f"rank {accelerator.process_index} of {accelerator.num_processes} "
+                 f"{accelerator.distributed_type.value}\n")

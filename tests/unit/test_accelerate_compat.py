@@ -167,7 +167,8 @@ def test_every_accelerate_template_renders_or_says_why_not(tmp_path):
     # relative to the config file, as Accelerate reads it
     assert ds["runtime_config"]["deepspeed_config"] == str(tmp_path / "deepspeed_config_templates"
                                                           / "zero_stage1_config.json")
-    gpu = effective(render_json(tmp_path, "-p", "slurm-local", "--config_file", str(configs / "multi_gpu.yaml"), "t.py"))
+    gpu = effective(render_json(tmp_path, "-p", "slurm-local", "--config_file", str(configs / "multi_gpu.yaml"),
+                                "t.py"))
     assert (gpu["strategy"], gpu["mixed_precision"], gpu["nproc_per_node"]) == ("ddp", "bf16", 2)
     node = render_json(tmp_path, "-p", "slurm-local", "--config_file", str(configs / "multi_node.yaml"), "t.py")
     job = effective(node)
@@ -213,7 +214,8 @@ def test_json_config_and_the_default_file_where_accelerate_finds_it(tmp_path):
     out = render_json(tmp_path, "-p", "slurm-local", "train.py")
     job = effective(out)
     # the default file describes the machine `accelerate config` ran on: its shape is not applied to the job
-    assert (job["use_cpu"], job["mixed_precision"], job["num_processes"], job["strategy"]) == (None, "fp16", None, "ddp")
+    assert (job["use_cpu"], job["mixed_precision"], job["num_processes"], job["strategy"]) == (
+        None, "fp16", None, "ddp")
     assert out["effective"]["mixed_precision"]["source"] == f"accelerate default config {default} (mixed_precision)"
     assert "num_processes, distributed_type MULTI_CPU: not applied from Accelerate's default file" in out["stderr"]
     # --config_file beats the default file, key by key, and a named file's shape is applied
@@ -263,7 +265,8 @@ def test_launch_flags_with_underscores_or_dashes_on_submit(tmp_path):
         2, "fsdp", True, "HYBRID_SHARD_ZERO2", "bf16", 2, 3, 29511, "eager", 0.5)
     ds = effective(render_json(tmp_path, "-p", "slurm-local", "--use_deepspeed", "--zero_stage", "3",
                                "--offload_param_device", "cpu", "--offload_optimizer_device", "none", "t.py"))
-    assert (ds["strategy"], ds["zero_stage"], ds["offload_param"], ds["offload_optimizer"]) == ("deepspeed", 3, True, False)
+    assert (ds["strategy"], ds["zero_stage"], ds["offload_param"], ds["offload_optimizer"]) == (
+        "deepspeed", 3, True, False)
     cpu = effective(render_json(tmp_path, "--cpu", "--multi_gpu", "--debug", "-m", "pkg.train", "x"))
     assert (cpu["use_cpu"], cpu["strategy"], cpu["debug"], cpu["module"], cpu["args"]) == (
         True, "ddp", True, "pkg.train", "x")
@@ -272,7 +275,8 @@ def test_launch_flags_with_underscores_or_dashes_on_submit(tmp_path):
 def test_launch_flags_that_slurm_decides_are_explained_or_refused(tmp_path):
     out = render_json(tmp_path, "-p", "slurm-local", "--machine_rank", "1", "--main_process_ip", "10.0.0.1",
                       "--same_network", "--rdzv_backend", "c10d", "t.py")
-    assert out["stderr"].count("hpc: note:") == 2 and "--machine_rank=1: SLURM numbers the nodes; hpc submit leaves it to SLURM" in out["stderr"]
+    assert (out["stderr"].count("hpc: note:") == 2
+            and "--machine_rank=1: SLURM numbers the nodes; hpc submit leaves it to SLURM" in out["stderr"])
     odd = hpc(tmp_path, "render", "-p", "slurm-local", "-N", "2", "--num_processes", "3", "t.py")
     assert odd.returncode == 2 and "--num_processes = 3: is not 2 nodes x" in odd.stderr
     for args, expected in [(["--tpu"], "--tpu = True: is for TPUs"),
@@ -297,7 +301,8 @@ def test_cpu_bind_threads_and_gpu_ids_reach_the_script(tmp_path):
 
 
 def test_accelerate_variables_round_trip():
-    values = {"strategy": "fsdp", "fsdp_auto_wrap_policy": "TRANSFORMER_AUTO_WRAP", "fsdp_sharding_strategy": "SHARD_GRAD_OP",
+    values = {"strategy": "fsdp", "fsdp_auto_wrap_policy": "TRANSFORMER_AUTO_WRAP",
+              "fsdp_sharding_strategy": "SHARD_GRAD_OP",
               "fsdp_transformer_layer_cls_to_wrap": ["Block", "Head"], "fsdp_cpu_offload": True,
               "mixed_precision": "bf16", "gradient_accumulation_steps": 4, "dynamo_backend": "eager",
               "use_cpu": True, "debug": True, "zero_stage": 2}

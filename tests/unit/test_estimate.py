@@ -72,7 +72,8 @@ def test_command_json_and_profile_defaults():
     proc = hpc("estimate-memory", "7B", "-p", "perlmutter", "-N", "2", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert data["world_size"] == 8 and data["usable_gpu_memory_bytes"] == int(0.9 * 40 * 2**30) and data["fits"] == "zero1"
+    assert (data["world_size"] == 8 and data["usable_gpu_memory_bytes"] == int(0.9 * 40 * 2**30)
+            and data["fits"] == "zero1")
     assert [s["strategy"] for s in data["strategies"]] == list(STRATEGIES)
 
 
@@ -181,7 +182,8 @@ def test_a_bare_count_has_dtype_sizes_but_no_layers():
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["largest_layers"] is None and data["dtypes"] == [{
-        "dtype": "float32", "largest_layer_bytes": None, "total_bytes": 4 * 10**9, "training_adam_peak_bytes": 16 * 10**9}]
+        "dtype": "float32", "largest_layer_bytes": None, "total_bytes": 4 * 10**9,
+        "training_adam_peak_bytes": 16 * 10**9}]
 
 
 def test_layers_are_leaves_and_integer_buffers_keep_their_size():

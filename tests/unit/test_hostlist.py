@@ -9,7 +9,8 @@ from hpc.slurm.hostlist import compress, expand
 @pytest.mark.parametrize("text, hosts", [
     ("node1", ["node1"]),
     ("node[1-3]", ["node1", "node2", "node3"]),
-    ("node[001-004,7]", ["node001", "node002", "node003", "node004", "node7"]),  # as scontrol: each range keeps its own width
+    # as scontrol: each range keeps its own width
+    ("node[001-004,7]", ["node001", "node002", "node003", "node004", "node7"]),
     ("a[01-3]", ["a01", "a02", "a03"]),
     ("node[001-004,7],gpu-a[1-2]", ["node001", "node002", "node003", "node004", "node7", "gpu-a1", "gpu-a2"]),
     ("node[8-11]", ["node8", "node9", "node10", "node11"]),

@@ -40,7 +40,8 @@ def test_sbatch_refusal_is_one_line_with_its_message():
 def test_squeue_lists_array_tasks_of_many_jobs_and_forgets_finished_jobs():
     out = "77_0|RUNNING|78|None\n77_1|RUNNING|79|None\n77_5|PENDING|77|Resources\n80|PENDING|80|Priority\n"
     slurm = Slurm(Recorded([(["squeue", "-h", "-r", "-j", "77,80"], (0, out, "")),
-                            (["squeue", "-h", "-r", "-j", "5"], (1, "", "slurm_load_jobs error: Invalid job id specified\n"))]))
+                            (["squeue", "-h", "-r", "-j", "5"],
+                             (1, "", "slurm_load_jobs error: Invalid job id specified\n"))]))
     assert slurm.queue("77,80") == {"77_0": ("RUNNING", "78", "None"), "77_1": ("RUNNING", "79", "None"),
                                     "77_5": ("PENDING", "77", "Resources"), "80": ("PENDING", "80", "Priority")}
     assert slurm.queue("5") == {}
@@ -53,7 +54,8 @@ def test_accounting_falls_back_to_the_jobcomp_file_and_keeps_every_job_that_had_
     slurm = Slurm(Recorded([([*EPOCH, "sacct", "-X"], no_dbd), ([*EPOCH, "sacct", "-c"], (0, jobcomp, ""))]))
     rows = slurm.accounting_many(["12"])
     assert [(s.state, s.exit_code) for s, _ in rows["12"]] == [("FAILED", 3), ("TIMEOUT", 0)]
-    assert Slurm(Recorded([([*EPOCH, "sacct", "-X"], no_dbd), ([*EPOCH, "sacct", "-c"], (0, "", ""))])).accounting_many(["12"]) == {}
+    assert Slurm(Recorded([([*EPOCH, "sacct", "-X"], no_dbd),
+                           ([*EPOCH, "sacct", "-c"], (0, "", ""))])).accounting_many(["12"]) == {}
 
 
 def test_accounting_reads_cancelled_by_user_and_array_task_ids():

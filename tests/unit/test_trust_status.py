@@ -47,7 +47,8 @@ case "$1 $2" in
     if [ -e "$FAKE/refuse" ]; then cat "$FAKE/refuse" >&2; exit 1; fi
     touch "$FAKE/requeued" ;;
   "show job") if down; then echo "slurm_load_jobs error: Socket timed out on send/recv operation" >&2; exit 1; fi
-              echo "JobId=$3 JobState=RUNNING Reason=None"; echo "   PreemptTime=$(cat "$FAKE/preempt_time" 2>/dev/null || echo None) SuspendTime=None" ;;
+              echo "JobId=$3 JobState=RUNNING Reason=None"
+              echo "   PreemptTime=$(cat "$FAKE/preempt_time" 2>/dev/null || echo None) SuspendTime=None" ;;
   *) echo "fake scontrol: $*" >&2; exit 1 ;;
 esac
 """

@@ -2,8 +2,8 @@
 
 Rank 0 notes each folder the script passes to save_state, and the one hpc saves for it at the warning signal,
 in tasks/<task>.saves (a JSON line each). The next attempt's batch script runs
-`python -m hpc.runtime.checkpoint.script_resume JOB_DIR TASK`, which prints the newest noted folder whose manifest verifies
-(damaged, uncommitted and deleted ones are skipped with a line on stderr) and exits 1 when there is none: the
+`python -m hpc.runtime.checkpoint.script_resume JOB_DIR TASK`, which prints the newest noted folder whose manifest
+verifies (damaged, uncommitted and deleted ones are skipped with a line on stderr) and exits 1 when there is none: the
 script then starts from the beginning. Torch-free: it runs in the batch shell before any rank starts.
 """
 
