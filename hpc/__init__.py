@@ -45,3 +45,8 @@ _LAZY.update({"PartialState": ("hpc.runtime.process_state", "PartialState"),
               **{name: ("hpc.runtime.distributed_type", name) for name in (
                   "AutocastKwargs", "InitProcessGroupKwargs", "ProfileKwargs", "DDPCommunicationHookType",
                   "GradientAccumulationPlugin", "ProjectConfiguration")}})
+
+# Accelerate's big-model inference names (`from accelerate import init_empty_weights`, ...)
+_LAZY.update({name: ("hpc.big_modeling", name) for name in (
+    "init_empty_weights", "init_on_device", "load_checkpoint_and_dispatch", "dispatch_model", "cpu_offload",
+    "cpu_offload_with_hook", "disk_offload", "infer_auto_device_map", "load_checkpoint_in_model")})

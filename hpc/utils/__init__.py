@@ -21,6 +21,15 @@ _MODULES = {
                           "is_wandb_available", "is_xpu_available"],
     "hpc.runtime.process_state": ["wait_for_everyone"],
     "hpc.runtime.deepspeed_dummies": ["DummyOptim", "DummyScheduler"],
+    "hpc.utils.modeling": ["align_module_device", "calculate_maximum_sizes", "check_device_map",
+                           "check_tied_parameters_in_config", "check_tied_parameters_on_same_device",
+                           "compute_module_sizes", "convert_file_size_to_int", "dtype_byte_size", "find_tied_parameters",
+                           "get_balanced_memory", "get_max_layer_size", "get_max_memory", "has_offloaded_params",
+                           "id_tensor_storage", "infer_auto_device_map", "load_checkpoint_in_model",
+                           "load_offloaded_weights", "load_state_dict", "named_module_tensors", "retie_parameters",
+                           "set_module_tensor_to_device"],
+    "hpc.utils.offload": ["OffloadedWeightsLoader", "PrefixedDataset", "extract_submodules_state_dict",
+                          "load_offloaded_weight", "offload_state_dict", "offload_weight", "save_offload_index"],
 }
 _LAZY = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_LAZY)
