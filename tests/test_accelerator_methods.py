@@ -1,5 +1,6 @@
 """Accelerator methods of Accelerate's API on 2 real ranks: save_model (safetensors, shards, an index), save,
-gather_for_metrics of objects, set_trigger/check_trigger, the on_* decorators, split_between_processes."""
+gather_for_metrics of objects, set_trigger/check_trigger, the on_* decorators, split_between_processes, and
+nests (a namedtuple, a UserDict, a Mapping) through gather, reduce, pad_across_processes and send_to_device."""
 
 import json
 import os
@@ -85,6 +86,29 @@ WORKER = textwrap.dedent("""
     out["ran"] = acc.gather_for_metrics([ran], use_gather_object=True)
     with acc.split_between_processes(list(range(5)), apply_padding=True) as mine:
         out["split"] = acc.gather_for_metrics([mine], use_gather_object=True)
+    # a namedtuple, a UserDict and a Mapping that is no dict keep their type through every collective, both doors
+    import collections
+    from collections.abc import Mapping
+    from hpc.utils import gather, listify, pad_across_processes, reduce, send_to_device
+
+    class Frozen(Mapping):
+        def __init__(self, data): self._data = dict(data)
+        def __getitem__(self, key): return self._data[key]
+        def __iter__(self): return iter(self._data)
+        def __len__(self): return len(self._data)
+
+    def seen(got):
+        return [type(got).__name__, listify(dict(got._asdict() if isinstance(got, tuple) else got))]
+
+    r, out["nests"] = acc.process_index, {}
+    for kind in (collections.namedtuple("Pair", "a b"), collections.UserDict, Frozen):
+        mine = {"a": torch.tensor([r + 1.0]), "b": torch.full((1, r + 1), r)}
+        data = kind(**mine) if kind.__name__ == "Pair" else kind(mine)
+        padded = acc.pad_across_processes(data, dim=1, pad_index=-1)  # b padded; a has no dim 1 and is kept
+        out["nests"][kind.__name__] = [
+            seen(padded), seen(acc.gather(padded)), seen(acc.reduce(padded)),
+            seen(gather(send_to_device(pad_across_processes(data, dim=1, pad_index=-1), acc.device))),
+            seen(reduce(padded, "max"))]
     if acc.is_main_process:
         json.dump(out, open(sys.argv[1] + "/out.json", "w"))
 """)
@@ -117,6 +141,16 @@ def test_collective_helpers_and_decorators(run):
     assert out["tracker"] == "SummaryWriter" and out["freed"] == [0, 0]
     assert out["facts"] == [True, False, True, False, False]
     assert out["synced_grad"] == [[1.5, 1.5], [1.5, 1.5]]  # the mean of rank 0's 1 and rank 1's 2
+
+
+def test_nests_keep_their_type_through_the_collectives(run):
+    _, out, _ = run
+    for kind in ("Pair", "UserDict", "Frozen"):
+        padded, gathered, summed, utils_gathered, utils_max = out["nests"][kind]
+        assert padded == [kind, {"a": [1.0], "b": [[0, -1]]}]  # rank 0's
+        assert gathered == utils_gathered == [kind, {"a": [1.0, 2.0], "b": [[0, -1], [1, 1]]}]
+        assert summed == [kind, {"a": [3.0], "b": [[1, 0]]}]  # the Accelerator's reduce sums
+        assert utils_max == [kind, {"a": [2.0], "b": [[1, 1]]}]
 
 
 def test_profile_writes_a_trace_per_rank(run):

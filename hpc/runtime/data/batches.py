@@ -2,6 +2,7 @@
 
 A stream's final round is filled up, and split_batches cuts a batch, after collation; a list of plain
 values (strings, numbers: what default_collate leaves of a text field) is data and is cut like a tensor.
+Batches are walked by hpc.runtime.nest: namedtuples and any Mapping keep their type.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 import torch
 
 from hpc.errors import HpcError
+from hpc.runtime.nest import leaves, walk
 
 
 def _is_data_list(x) -> bool:
@@ -18,43 +20,30 @@ def _is_data_list(x) -> bool:
         not isinstance(v, (torch.Tensor, Mapping, list, tuple)) for v in x)
 
 
+def _is_column(x) -> bool:
+    """A leaf with one entry per sample."""
+    return isinstance(x, torch.Tensor) or _is_data_list(x)
+
+
 class BatchOps:
     @staticmethod
     def size(batch) -> int:
-        if isinstance(batch, torch.Tensor):
-            return batch.shape[0] if batch.dim() else 1
-        if _is_data_list(batch):
-            return len(batch)
-        values = batch.values() if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else ()
-        for v in values:
-            return BatchOps.size(v)
-        raise HpcError(f"cannot tell the size of a batch of type {type(batch).__name__}",
-                       fix="collate batches into tensors (or dicts, lists, tuples of them)")
+        columns = leaves(batch, is_leaf=_is_column)
+        if not columns:
+            raise HpcError(f"cannot tell the size of a batch of type {type(batch).__name__}",
+                           fix="collate batches into tensors (or dicts, lists, tuples of them)")
+        first = columns[0]
+        return len(first) if not isinstance(first, torch.Tensor) else first.shape[0] if first.dim() else 1
 
     @staticmethod
     def take(batch, a: int, b: int):
-        if isinstance(batch, torch.Tensor) or _is_data_list(batch):
-            return batch[a:b]
-        return _rebuild(batch, [BatchOps.take(v, a, b) for v in _values(batch)])
+        return walk(lambda column: column[a:b], batch, is_leaf=_is_column)
 
     @staticmethod
     def join(batches: list):
-        first = batches[0]
-        if isinstance(first, torch.Tensor):
-            return torch.cat(batches)
-        if _is_data_list(first):
-            return type(first)(v for b in batches for v in b)
-        columns = zip(*(_values(b) for b in batches))
-        return _rebuild(first, [BatchOps.join(list(c)) for c in columns])
+        def _join(*columns):
+            if isinstance(columns[0], torch.Tensor):
+                return torch.cat(columns)
+            return type(columns[0])(v for column in columns for v in column)
 
-
-def _values(batch) -> list:
-    return list(batch.values()) if isinstance(batch, Mapping) else list(batch)
-
-
-def _rebuild(like, values: list):
-    if isinstance(like, Mapping):
-        return type(like)(zip(like.keys(), values))
-    if hasattr(like, "_fields"):  # a namedtuple
-        return type(like)(*values)
-    return type(like)(values)
+        return walk(_join, batches[0], *batches[1:], is_leaf=_is_column)

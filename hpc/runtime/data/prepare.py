@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-from collections.abc import Mapping
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
@@ -24,7 +23,7 @@ from hpc.runtime.data.plan import MapPlan
 from hpc.runtime.data.readers import MapReader, StreamReader
 from hpc.runtime.data.shards import Layout
 from hpc.runtime.gradient_state import GradientState
-from hpc.runtime.nest import honor_type, is_dataclass_instance, map_fields
+from hpc.runtime.nest import send_to_device
 from hpc.runtime.training_state import TrainingState
 
 
@@ -245,21 +244,3 @@ class SkipFirstBatches:
         self.prepared._skip = self.prepared.skip_target(self.n)
         yield from self.prepared
 
-
-def send_to_device(batch, device, non_blocking: bool = False, skip_keys=None):
-    """Every tensor (and anything with ``.to``, e.g. a tokenizer's BatchEncoding) in the nest moved to ``device``;
-    a mapping's values under ``skip_keys`` stay where they are. Also hpc.utils.send_to_device."""
-    if isinstance(batch, torch.Tensor) or hasattr(batch, "to"):
-        try:
-            return batch.to(device, non_blocking=non_blocking)
-        except TypeError:  # a .to() without non_blocking
-            return batch.to(device)
-    if isinstance(batch, Mapping):
-        skip = [skip_keys] if isinstance(skip_keys, str) else list(skip_keys or [])
-        return type(batch)({k: v if k in skip else send_to_device(v, device, non_blocking, skip_keys)
-                            for k, v in batch.items()})
-    if isinstance(batch, (list, tuple)):
-        return honor_type(batch, (send_to_device(v, device, non_blocking, skip_keys) for v in batch))
-    if is_dataclass_instance(batch):
-        return map_fields(batch, lambda value: send_to_device(value, device, non_blocking, skip_keys))
-    return batch
