@@ -13,7 +13,7 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
     draw differently (e.g. augmentations); ``deterministic``: torch refuses nondeterministic kernels from now on."""
     import torch
 
-    from hpc.runtime.seed import set_seed as seed_everything
+    from hpc.runtime.seed import seed_every_generator
 
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise HpcError(f"set_seed({seed!r}) needs a whole number", fix="pass an int, e.g. set_seed(42)")
@@ -21,7 +21,7 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
         from hpc.runtime.process_state import PartialState
 
         seed += PartialState().process_index
-    seed_everything(seed)
+    seed_every_generator(seed)
     if deterministic:
         torch.use_deterministic_algorithms(True)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 
-def set_seed(seed: int) -> None:
+def seed_every_generator(seed: int) -> None:
     """Seed python, numpy (when installed) and torch (CPU and every GPU) alike on every rank."""
     import torch
 
