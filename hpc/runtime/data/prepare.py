@@ -21,7 +21,7 @@ from hpc.errors import HpcError
 from hpc.runtime.configuration import DataLoaderConfiguration
 from hpc.runtime.data.plan import MapPlan
 from hpc.runtime.data.readers import MapReader, StreamReader
-from hpc.runtime.data.shards import Layout
+from hpc.runtime.data.shards import ShardLayout
 from hpc.runtime.gradient_state import GradientState
 from hpc.runtime.nest import send_to_device
 from hpc.runtime.training_state import TrainingState
@@ -76,7 +76,7 @@ class PreparedDataLoader:
             self._plan = plan = MapPlan(loader, seed, config.use_seedable_sampler)
             batch_size, drop_last = plan.batch_size, plan.drop_last
         _check(loader, config, world, batch_size)
-        self.layout = Layout(world, rank, config.split_batches, config.even_batches, drop_last, batch_size)
+        self.layout = ShardLayout(world, rank, config.split_batches, config.even_batches, drop_last, batch_size)
         if stream:
             self._reader = StreamReader(loader, self.layout, seed, dispatch, stateful)
         else:
@@ -104,7 +104,7 @@ class PreparedDataLoader:
         finally:
             self._use_layout(before)
 
-    def _use_layout(self, layout: Layout) -> None:
+    def _use_layout(self, layout: ShardLayout) -> None:
         self.layout = self._reader.layout = layout
 
     def __len__(self) -> int:

@@ -47,7 +47,7 @@ class _Feed:
 
 
 class MapReader:
-    def __init__(self, loader: DataLoader, plan: MapPlan, layout: shards.Layout, seed: int, dispatch: bool,
+    def __init__(self, loader: DataLoader, plan: MapPlan, layout: shards.ShardLayout, seed: int, dispatch: bool,
                  stateful_class=None):
         self.plan, self.layout, self.seed, self.dispatch = plan, layout, seed, dispatch
         self._generator = torch.Generator()  # starting an iterator draws from it: never from the global RNG
@@ -103,7 +103,7 @@ class StreamReader:
     a rank keeps every world-th (or its slice of each). Skipping into an epoch means reading up to there,
     unless a StatefulDataLoader's saved state puts the stream back where it was."""
 
-    def __init__(self, loader: DataLoader, layout: shards.Layout, seed: int, dispatch: bool, stateful_class=None):
+    def __init__(self, loader: DataLoader, layout: shards.ShardLayout, seed: int, dispatch: bool, stateful_class=None):
         self.layout, self.seed, self.dispatch, self.dataset = layout, seed, dispatch, loader.dataset
         self._generator = torch.Generator()
         self._settings = {"batch_size": loader.batch_size, "drop_last": loader.drop_last, **loader_settings(loader)}

@@ -24,7 +24,7 @@ _END = object()
 
 
 @dataclass(frozen=True)
-class Layout:
+class ShardLayout:
     world: int
     rank: int
     split: bool = False
@@ -104,7 +104,7 @@ class _Padding:
         return item
 
 
-def rounds(items: Iterator, head: Callable[[], list], layout: Layout, ops,
+def rounds(items: Iterator, head: Callable[[], list], layout: ShardLayout, ops,
            where: Callable[[], object] = lambda: None) -> Iterator[Round]:
     """The rounds of one epoch from `items` (the epoch's global items from some position on); `head()` gives
     the epoch's first `layout.head_items` items, asked for only if the final round needs filling up."""
@@ -125,7 +125,7 @@ def rounds(items: Iterator, head: Callable[[], list], layout: Layout, ops,
         yield out
 
 
-def _whole(group: list, last: bool, head, layout: Layout, ops) -> Round | None:
+def _whole(group: list, last: bool, head, layout: ShardLayout, ops) -> Round | None:
     world, bs = layout.world, layout.batch_size
     if not last:
         return Round(group, False)
@@ -144,7 +144,7 @@ def _whole(group: list, last: bool, head, layout: Layout, ops) -> Round | None:
     return Round(group, True, sum(sizes))
 
 
-def _split(group: list, last: bool, head, layout: Layout, ops) -> Round | None:
+def _split(group: list, last: bool, head, layout: ShardLayout, ops) -> Round | None:
     item, world, bs = group[0], layout.world, layout.batch_size
     size, piece = ops.size(item), bs // world
     if size > bs:
