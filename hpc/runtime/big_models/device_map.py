@@ -218,7 +218,8 @@ def clean_device_map(device_map: dict, module_name: str = "") -> dict:
             del device_map[key]
         device_map[module_name] = values[0]
     depth = len(module_name.split(".")) + 1 if module_name else 1
-    children = {".".join(k.split(".")[:depth]) for k in device_map if k.startswith(prefix) and len(k) > len(module_name)}
+    children = {".".join(k.split(".")[:depth]) for k in device_map
+                if k.startswith(prefix) and len(k) > len(module_name)}
     for child in sorted(children):
         clean_device_map(device_map, child)
     return device_map

@@ -196,8 +196,8 @@ def load_checkpoint_and_dispatch(model: nn.Module, checkpoint, device_map=None, 
     # Accelerate defaults to a temporary host offload with disk maps, to keep one whole shard plus the host part in
     # memory; hpc's loader streams tensor by tensor, so that costs a write and a read for nothing: only on request
     load_checkpoint_in_model(model, checkpoint, device_map=device_map, offload_folder=offload_folder, dtype=dtype,
-                             offload_state_dict=bool(offload_state_dict), offload_buffers=offload_buffers, strict=strict,
-                             full_state_dict=full_state_dict, broadcast_from_rank0=broadcast_from_rank0)
+                             offload_state_dict=bool(offload_state_dict), offload_buffers=offload_buffers,
+                             strict=strict, full_state_dict=full_state_dict, broadcast_from_rank0=broadcast_from_rank0)
     if device_map is None:
         return model
     return dispatch_model(model, device_map=device_map, offload_dir=offload_folder, offload_buffers=offload_buffers,
