@@ -2,13 +2,14 @@
 
     python crash_saver.py ROOT MEGABYTES
 
-Imports torch once, then for every line "go" on stdin forks a child that saves under ROOT/t<n> until it is
-killed, and prints "ready <pid>" (the parent reaps it before taking the next line). Every parameter of
-checkpoint step N holds the value N, so a loaded checkpoint proves which save it came from. Saves alternate
-between synchronous and background.
+Imports torch once, then for every line "go" on stdin forks a child that saves under ROOT/t<n> until it is killed,
+and prints "ready <pid>" (several may be saving at once: the parent reaps children as they die, and kills any still
+saving when stdin ends). Every parameter of checkpoint step N holds the value N, so a loaded checkpoint proves
+which save it came from. Saves alternate between synchronous and background.
 """
 
 import os
+import signal
 import sys
 
 import torch
@@ -42,6 +43,7 @@ def _warm_up() -> None:
 def main():
     root, megabytes = sys.argv[1], float(sys.argv[2])
     _warm_up()
+    children = set()
     for trial, line in enumerate(sys.stdin):
         if line.strip() != "go":
             break
@@ -50,8 +52,14 @@ def main():
             sys.stdin.close()
             save_forever(os.path.join(root, f"t{trial}"), megabytes)
             os._exit(0)
+        children.add(pid)
         print(f"ready {pid}", flush=True)
-        os.waitpid(pid, 0)
+        for child in list(children):  # those killed by now
+            if os.waitpid(child, os.WNOHANG)[0]:
+                children.discard(child)
+    for child in children:  # a saver no one killed would save forever
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
 
 
 if __name__ == "__main__":

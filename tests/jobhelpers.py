@@ -1,5 +1,6 @@
 """Small helpers shared by the submit tests: a project folder, running `hpc`, reading rank dumps."""
 
+import itertools
 import json
 import os
 import subprocess
@@ -32,6 +33,52 @@ def launch_env() -> dict:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
                                                       env.get("PYTHONPATH")]))
     return env
+
+
+RESUME_WORKER = Path(__file__).resolve().parent / "resume_worker.py"
+# resume_worker.py's trainings run straight through, one per training in the session: {key: [process, result]}
+_STRAIGHT: dict[str, list] = {}
+_STRAIGHT_NAMES = itertools.count()
+
+
+def _straight_key(spec: dict) -> str:
+    """A training, whatever its folders and pace: sleeping between steps changes no number."""
+    return json.dumps({k: v for k, v in spec.items() if k not in ("project", "out", "sleep", "sleep_attempts")},
+                      sort_keys=True)
+
+
+def start_straight_run(spec: dict, folder: Path) -> None:
+    """Start resume_worker.py's training `spec` straight through on 2 local ranks, in the background, in `folder`;
+    unless this session has started it already: every test that compares with the same training (several do with
+    DDP's 16 steps) shares one run, as each is ~12 s of CPU (two ranks importing torch) on a 2-core machine."""
+    key = _straight_key(spec)
+    if key in _STRAIGHT:
+        return
+    name = f"straight-{next(_STRAIGHT_NAMES)}"
+    run = {**json.loads(key), "project": str(folder / name), "out": str(folder / f"{name}.pt")}
+    with open(folder / f"{name}.stderr", "w") as err:  # a file, not a pipe no one reads until the run ends
+        proc = subprocess.Popen([sys.executable, "-m", "hpc", "launch", "--nproc", "2", str(RESUME_WORKER),
+                                 json.dumps(run)], cwd=folder, env=launch_env(), stderr=err)
+    _STRAIGHT[key] = [proc, Path(run["out"])]
+
+
+def straight_run(spec: dict, folder: Path) -> dict:
+    """The result of start_straight_run(spec, folder), started now if it was not, waited for if it still runs."""
+    import torch
+
+    start_straight_run(spec, folder)
+    key = _straight_key(spec)
+    proc, out = _STRAIGHT[key]
+    if isinstance(out, Path):
+        try:
+            proc.wait(timeout=600)
+        finally:
+            if proc.returncode != 0:  # failed or still running: a later test starts its own
+                proc.kill()
+                del _STRAIGHT[key]
+        assert proc.returncode == 0, (out.parent / f"{out.stem}.stderr").read_text()[-3000:]
+        _STRAIGHT[key][1] = torch.load(out, weights_only=False)
+    return _STRAIGHT[key][1]
 
 
 def make_project(tmp: Path) -> Path:

@@ -2,16 +2,17 @@
 
     python resume_worker.py SPEC_JSON
 
-SPEC keys: project (checkpoint folder parent), out (result file), strategy ("ddp" | "fsdp" | "deepspeed"),
-steps (optimizer steps in all), k (accumulation), save_every, async (background saves), sleep (seconds per
-step: room for a signal to arrive), hide_slurm (the rank cannot run SLURM's commands, as in a container
-without them), hold_at (on the first attempt, wait at that step until a stop comes or the file `go`
-appears in the project), block_at + block_rank (on the first attempt that rank sleeps for good at that
-step), crash_at (raise at that step on the first attempt), crash_rank (only that
-rank crashes; the others go on into the next collective), world_kill (SIGKILL instead of raising). The loop has no resume logic of its own beyond `auto_resume`: a restarted job
-continues from the newest checkpoint, mid-epoch, with the loss log restored alongside the weights. Rank 0
-writes `progress` (the step reached, for tests that interrupt at the right moment) and, at the end, the
-per-step losses and the final weights.
+SPEC keys: project (checkpoint folder parent), out (result file), strategy ("ddp" | "fsdp" | "deepspeed"), steps
+(optimizer steps in all), k (accumulation), save_every, async (background saves), sleep (seconds per step: room for
+a signal to arrive), sleep_attempts (sleep only in the first N attempts, counted by requeues: the attempts a test
+interrupts; the last one then runs its remaining steps at full speed), hide_slurm (the rank cannot run SLURM's
+commands, as in a container without them), hold_at (on the first attempt, wait at that step until a stop comes or
+the file `go` appears in the project), block_at + block_rank (on the first attempt that rank sleeps for good at
+that step), crash_at (raise at that step on the first attempt), crash_rank (only that rank crashes; the others go
+on into the next collective), world_kill (SIGKILL instead of raising). The loop has no resume logic of its own
+beyond `auto_resume`: a restarted job continues from the newest checkpoint, mid-epoch, with the loss log restored
+alongside the weights. Rank 0 writes `progress` (the step reached, for tests that interrupt at the right moment)
+and, at the end, the per-step losses and the final weights.
 """
 
 import json
@@ -64,6 +65,7 @@ def train(spec: dict) -> None:
     progress.parent.mkdir(parents=True, exist_ok=True)
     attempt = [preemption.requeue_count(), acc._process.env.restart_count]  # (requeues, elastic restarts)
     first_attempt = attempt == [0, 0]
+    sleep = spec.get("sleep", 0) if attempt[0] < spec.get("sleep_attempts", float("inf")) else 0
     Path(spec["project"], f"host-a{attempt[0]}-r{acc.process_index}").write_text(socket.gethostname())
     while acc.completed_steps < total:
         for xb, yb in loader:
@@ -93,7 +95,7 @@ def train(spec: dict) -> None:
             if step == spec.get("hold_at") and first_attempt:
                 _hold(acc, Path(spec["project"]) / "go")
             acc.preemption_point()
-            time.sleep(spec.get("sleep", 0))
+            time.sleep(sleep)
             if step >= total:
                 break
     weights = acc.get_state_dict(model)

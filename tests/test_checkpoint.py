@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,14 +22,33 @@ HERE = Path(__file__).parent
 RESUME = HERE / "resume_worker.py"
 
 
-def _launch(tmp_path, spec: dict, nproc: int = 1, restart: int = 0, check: bool = True):
+def _start(tmp_path, spec: dict, nproc: int = 1, restart: int = 0) -> subprocess.Popen:
     env = launch_env()
     env["HPC_RESTART_COUNT"] = str(restart)
     cmd = [sys.executable, "-m", "hpc", "launch", "--nproc", str(nproc), str(RESUME), json.dumps(spec)]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    if check:
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    # output to files, not pipes: a run in the background is read only when it has ended
+    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=err, text=True)
+    proc.files = out, err
     return proc
+
+
+def _finish(proc: subprocess.Popen, check: bool = True) -> subprocess.CompletedProcess:
+    try:
+        proc.wait(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    for f in proc.files:
+        f.seek(0)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, *(f.read() for f in proc.files))
+    if check:
+        assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def _launch(tmp_path, spec: dict, nproc: int = 1, restart: int = 0, check: bool = True):
+    return _finish(_start(tmp_path, spec, nproc, restart), check)
 
 
 def _result(path: Path) -> dict:
@@ -67,6 +87,8 @@ def test_crash_and_resume_matches_the_straight_run_bitwise(tmp_path, strategy, n
 
 def test_a_damaged_newest_checkpoint_is_skipped_for_the_one_before(tmp_path):
     spec = {"steps": 10, "save_every": 5, "project": str(tmp_path / "p"), "out": str(tmp_path / "p.pt")}
+    # the straight run to compare with needs nothing of the others: one process, beside them on the second core
+    straight = _start(tmp_path, {**spec, "steps": 12, "project": str(tmp_path / "s"), "out": str(tmp_path / "s.pt")})
     _launch(tmp_path, spec)
     model = tmp_path / "p" / "checkpoints" / "step-10" / "model_0.pt"
     raw = bytearray(model.read_bytes())
@@ -75,7 +97,7 @@ def test_a_damaged_newest_checkpoint_is_skipped_for_the_one_before(tmp_path):
     resumed = _launch(tmp_path, {**spec, "steps": 12, "out": str(tmp_path / "r.pt")}, restart=1)
     assert "skipping damaged checkpoint step-10" in resumed.stderr and "does not match" in resumed.stderr
     assert "resumed from" in resumed.stderr and "step-5 " in resumed.stderr
-    _launch(tmp_path, {**spec, "steps": 12, "project": str(tmp_path / "s"), "out": str(tmp_path / "s.pt")})
+    _finish(straight)
     assert_same_run(_result(tmp_path / "s.pt"), _result(tmp_path / "r.pt"))
 
 
@@ -96,25 +118,39 @@ def test_sigkill_at_random_points_never_leaves_a_bad_newest_checkpoint(tmp_path)
     trials, partial_seen = 20, 0
     saver = subprocess.Popen([sys.executable, str(HERE / "crash_saver.py"), str(tmp_path), "16"], env=launch_env(),
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    # two savers at a time (a core each on a 2-core machine, each in its own folder), each killed after its own
+    # random time: the same 20 kills in about 60% of the time one at a time takes
+    kills = []
     for trial in range(trials):
         saver.stdin.write("go\n")
         saver.stdin.flush()
         pid = int(saver.stdout.readline().split()[1])  # a fork of a process that imported torch: no start-up
-        time.sleep(rng.uniform(0.3, 1.5))
-        os.kill(pid, signal.SIGKILL)
-        store = CheckpointStore(tmp_path / f"t{trial}" / "checkpoints")
-        committed = store.committed()
-        partial_seen += any(not e.committed for e in store.entries())
-        if not committed:
+        kills.append((time.monotonic() + rng.uniform(0.3, 1.5), trial, pid))
+        if len(kills) < 2 and trial < trials - 1:
             continue
+        for at, _, pid in sorted(kills):
+            time.sleep(max(0.0, at - time.monotonic()))
+            os.kill(pid, signal.SIGKILL)
+        for _, killed, _ in kills:
+            partial_seen += _check_newest(tmp_path / f"t{killed}" / "checkpoints")
+        kills = []
+    saver.stdin.close()
+    saver.wait(timeout=30)
+    assert partial_seen > 0, "no kill landed inside a save: the test did not test anything"
+
+
+def _check_newest(folder: Path) -> bool:
+    """The newest committed checkpoint verifies and holds exactly its own step's weights; True if a partial
+    (uncommitted) folder is there too."""
+    store = CheckpointStore(folder)
+    committed = store.committed()
+    if committed:
         newest = committed[0]
         assert all(e.step <= newest.step for e in committed)
         assert manifest.verify(newest.path, newest.manifest["files"]) is None, newest.path
         state = torch.load(newest.path / "model_0.pt", weights_only=True)
         assert all(bool((t == newest.step).all()) for t in state.values()), newest.path
-    saver.stdin.close()
-    saver.wait(timeout=30)
-    assert partial_seen > 0, "no kill landed inside a save: the test did not test anything"
+    return any(not e.committed for e in store.entries())
 
 
 def test_save_into_an_explicit_folder_and_load_it_back(tmp_path):
@@ -195,12 +231,13 @@ def test_the_local_profile_requeues_by_starting_its_processes_again(tmp_path):
     again (HPC_RESTART_COUNT=1), they resume; the same losses and weights as a straight run."""
     import shutil
 
-    from tests.jobhelpers import hpc, submit
+    from tests.jobhelpers import hpc, start_straight_run, straight_run, submit
 
     shutil.copy(RESUME, tmp_path)
     spec = {"strategy": "ddp", "steps": 16, "save_every": 4}
-    _launch(tmp_path, {**spec, "project": str(tmp_path / "a"), "out": str(tmp_path / "a.pt")}, nproc=2)
-    run = {**spec, "sleep": 0.3, "project": str(tmp_path / "b"), "out": str(tmp_path / "b.pt")}
+    start_straight_run(spec, tmp_path)  # in the background while the job runs (or the session's, if it ran already)
+    # the first attempt sleeps 0.3 s a step, room for the signal; the second resumes and runs straight through
+    run = {**spec, "sleep": 0.3, "sleep_attempts": 1, "project": str(tmp_path / "b"), "out": str(tmp_path / "b.pt")}
     info = submit(tmp_path, "-p", "local", "--nproc", "2", "resume_worker.py", "--", json.dumps(run))
     script = local_script_process(Path(info["job_dir"]))
     progress, deadline = tmp_path / "b" / "progress", time.monotonic() + 120
@@ -209,7 +246,7 @@ def test_the_local_profile_requeues_by_starting_its_processes_again(tmp_path):
         time.sleep(0.1)
     script.send_signal(signal.SIGUSR1)
     assert hpc(tmp_path, "wait", info["job_id"], timeout=180).returncode == 0
-    straight, result = _result(tmp_path / "a.pt"), _result(tmp_path / "b.pt")
+    straight, result = straight_run(spec, tmp_path), _result(tmp_path / "b.pt")
     assert_same_run(straight, result)
     assert [a[0] for a in result["attempts"]] == [0, 1]
     logs = hpc(tmp_path, "logs", "--all", info["job_id"], check=True).stdout

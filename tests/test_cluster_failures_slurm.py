@@ -16,7 +16,8 @@ from tests.test_preemption_slurm import Job, _finish, _start_straight_runs, _str
 
 pytestmark = pytest.mark.slurm
 SLURM_LOCAL = Path(__file__).parents[1] / "scripts" / "slurm-local"
-SPEC = {"strategy": "ddp", "steps": 16, "save_every": 4, "sleep": 0.3}
+# the first attempt, the one each test interrupts, sleeps 0.3 s a step; the next resumes and runs straight through
+SPEC = {"strategy": "ddp", "steps": 16, "save_every": 4, "sleep": 0.3, "sleep_attempts": 1}
 HELD = {**SPEC, "hold_at": 4}  # the first attempt waits at step 4 (checkpointed) for what the test does to it
 
 

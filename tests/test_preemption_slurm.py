@@ -9,14 +9,13 @@ The result is compared bitwise with the same training run straight through on th
 import json
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.jobhelpers import hpc, launch_env, submit
+from tests.jobhelpers import hpc, start_straight_run, straight_run, submit
 from tests.test_checkpoint import assert_same_run
 
 pytestmark = pytest.mark.slurm
@@ -32,23 +31,15 @@ preemption:
 
 
 def _start_straight_runs(project: Path, specs: dict) -> dict:
-    """The same trainings run straight through, as 2 local processes each (all at once, in the background)."""
-    procs = {}
-    for name, spec in specs.items():
-        spec = {**spec, "project": str(project / f"straight-{name}"), "out": str(project / f"straight-{name}.pt")}
-        procs[name] = subprocess.Popen([sys.executable, "-m", "hpc", "launch", "--nproc", "2", "resume_worker.py",
-                                        json.dumps(spec)], cwd=project, env=launch_env(), stderr=subprocess.PIPE,
-                                       text=True)
-    return procs
+    """The same trainings run straight through, as 2 local processes each (all at once, in the background; one
+    run per training in the session, shared by every test that compares with it)."""
+    for spec in specs.values():
+        start_straight_run(spec, project)
+    return specs
 
 
-def _straight_results(project: Path, procs: dict) -> dict:
-    results = {}
-    for name, proc in procs.items():
-        _, err = proc.communicate(timeout=600)
-        assert proc.returncode == 0, err[-3000:]
-        results[name] = torch.load(project / f"straight-{name}.pt", weights_only=False)
-    return results
+def _straight_results(project: Path, runs: dict) -> dict:
+    return {name: straight_run(spec, project) for name, spec in runs.items()}
 
 
 class Job:
@@ -129,15 +120,20 @@ def test_interrupted_jobs_resume_bitwise_srun_and_torchrun_ddp_and_fsdp(project)
     """Two FSDP jobs, srun and torchrun: scancel --signal (it requeues itself), then scontrol requeue (TERM;
     SLURM requeues it). torchrun's agent ignores USR1: its workers learn of it from SLURM's signal to the whole
     step and from the stop file. A DDP job, srun-ddp, runs under a 1-minute limit and meets it (USR1 10 s ahead,
-    as SLURM sends it) until done. Three 2-node jobs fill the cluster's six slots: none waits for another."""
-    specs = {"ddp": {"strategy": "ddp", "steps": 90, "save_every": 10, "sleep": 0.7},
-             "fsdp": {"strategy": "fsdp", "steps": 24, "save_every": 5, "sleep": 0.4}}
+    as SLURM sends it) until done. Three 2-node jobs fill the cluster's six slots: none waits for another, as each
+    has its own pair of the three nodes (left to SLURM, the first two share node1 and node2 and the third waits for
+    one of them, attempt after attempt)."""
+    # srun-ddp's first attempt must still be training when the warning comes (at one of slurmctld's periodic
+    # checks, at most 10 s before the limit): 90 steps of 0.7 s outlast the minute. The FSDP jobs are interrupted
+    # in their first two attempts. The attempt after those has nothing left to wait for: no sleeps.
+    specs = {"ddp": {"strategy": "ddp", "steps": 90, "save_every": 10, "sleep": 0.7, "sleep_attempts": 1},
+             "fsdp": {"strategy": "fsdp", "steps": 24, "save_every": 5, "sleep": 0.4, "sleep_attempts": 2}}
     plan = [("signal", 4), ("requeue", 4)]
     torchrun = ["--launcher", "torchrun", "--nproc", "1", "--time", "5"]
-    jobs = [Job(project, "srun-ddp", specs["ddp"], [], ["--time", "1"]),
-            Job(project, "torchrun-fsdp", specs["fsdp"], plan, torchrun),
-            Job(project, "srun-fsdp", specs["fsdp"], plan, ["--time", "5"])]
-    runs = _start_straight_runs(project, {name: {**spec, "sleep": 0} for name, spec in specs.items()})
+    jobs = [Job(project, "srun-ddp", specs["ddp"], [], ["--time", "1", "-w", "node1,node2"]),
+            Job(project, "torchrun-fsdp", specs["fsdp"], plan, [*torchrun, "-w", "node2,node3"]),
+            Job(project, "srun-fsdp", specs["fsdp"], plan, ["--time", "5", "-w", "node1,node3"])]
+    runs = _start_straight_runs(project, specs)
     _drive(jobs, timeout=600)
     straight = _straight_results(project, runs)
     straight = {"srun-ddp": straight["ddp"], "torchrun-fsdp": straight["fsdp"], "srun-fsdp": straight["fsdp"]}
