@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Callable
 
 from hpc.errors import HpcError, shown
@@ -124,8 +126,6 @@ class ProfileKwargs(KwargsHandler):
         schedule = torch.profiler.schedule(**self.schedule_option) if self.schedule_option else None
         on_ready = self.on_trace_ready
         if on_ready is None and self.output_trace_dir and schedule is not None:
-            from pathlib import Path
-
             folder = Path(self.output_trace_dir)
 
             def on_ready(prof):  # noqa: F811 - a schedule exports each active window as it ends
@@ -135,3 +135,13 @@ class ProfileKwargs(KwargsHandler):
                                       on_trace_ready=on_ready, record_shapes=self.record_shapes,
                                       profile_memory=self.profile_memory, with_stack=self.with_stack,
                                       with_flops=self.with_flops, with_modules=self.with_modules)
+
+    @contextlib.contextmanager
+    def profiling(self, rank: int):
+        """The profiler over the block; without a schedule this rank's whole trace is written at its end."""
+        with self.build(rank) as profiler:
+            yield profiler
+        if self.output_trace_dir and not self.schedule_option:
+            folder = Path(self.output_trace_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            profiler.export_chrome_trace(str(folder / f"trace_rank_{rank}.json"))

@@ -106,3 +106,15 @@ def write(state: dict, folder: str | os.PathLike, max_shard_size: int | str = "1
         print(f"hpc: save_model: {', '.join(dropped)} share memory with another weight (tied); saved once",
               flush=True)
     return names
+
+
+def save_object(obj, f: str | os.PathLike, safe_serialization: bool = False) -> None:
+    """Accelerator.save: ``obj`` written whole, torch.save or safetensors (a dict of tensors), then renamed into
+    place (private_temp.writing)."""
+    with private_temp.writing(Path(f)) as tmp:
+        if safe_serialization:
+            from safetensors.torch import save_file  # safetensors is imported only by the saves that use it
+
+            save_file({k: v.detach().cpu().contiguous() for k, v in obj.items()}, str(tmp), metadata={"format": "pt"})
+        else:
+            torch.save(obj, tmp)

@@ -1,4 +1,5 @@
-"""This process's place in the job: rank, world, device, process group."""
+"""This process's place in the job: rank, world, device, process group. The one holder of these facts: the
+Accelerator, PartialState and the checkpointer read them here."""
 
 from __future__ import annotations
 
@@ -22,6 +23,58 @@ class ProcessState:
     @property
     def distributed(self) -> bool:
         return self.env.world_size > 1
+
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @property
+    def local_rank(self) -> int:
+        return self.env.local_rank
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.env.rank == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return self.env.local_rank == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        return self.env.rank == self.env.world_size - 1
+
+    # plain collectives of hpc's own bookkeeping (no stop vote, no hang beat: callers inside a save or a stop)
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+    def broadcast_object(self, value):
+        """Rank 0's picklable ``value`` on every rank."""
+        if not self.distributed:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def broadcast_flag(self, value: bool) -> bool:
+        """Rank 0's ``value`` on every rank, as a one-element tensor where the backend can send it (NCCL: GPU)."""
+        if not self.distributed:
+            return value
+        flag = torch.tensor([int(value)], device=self.device if self.backend == "nccl" else "cpu")
+        dist.broadcast(flag, src=0)
+        return bool(flag.item())
+
+    def leave_group(self) -> None:
+        """The end of the run: the ranks tear their connections down together (a gloo rank whose peer closes
+        while it is still finishing its last collective can abort at exit)."""
+        if self.distributed and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
 
     @classmethod
     def start(cls, cpu: bool = False, need_group: bool = False, backend: str | None = None,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import weakref
 from typing import Any, Callable
 
@@ -20,9 +19,11 @@ import torch.distributed as dist
 from hpc.errors import HpcError
 from hpc.runtime import excepthook
 from hpc.runtime.distributed_type import DistributedType
+from hpc.runtime.precision import normalize
 from hpc.runtime.process_env import ProcessState
+from hpc.runtime.resilience import stop_vote
+from hpc.runtime.settings import job_setting
 
-# GradientState too, loaded on first use (see the end)
 __all__ = ["AcceleratorState", "DistributedType", "PartialState", "attach_accelerator", "distributed_type_of",
            "is_initialized", "wait_for_everyone"]
 
@@ -75,20 +76,12 @@ def distributed_type_of(kind, device: torch.device, world: int) -> DistributedTy
     return DistributedType.MULTI_GPU if device.type == "cuda" else DistributedType.MULTI_CPU
 
 
-def _job_setting(key: str):
-    """What an Accelerator built now would read: the job's runtime config, else the ACCELERATE_* variables."""
-    from hpc.contract import accelerate_settings, runtime_config
-
-    value = runtime_config.current().get(key)
-    return value if value is not None else accelerate_settings.from_environ(os.environ).values.get(key)
-
-
 def _start(cpu: bool, kwargs: dict) -> ProcessState:
     unknown = sorted(set(kwargs) - {"backend"})
     if unknown:
         raise HpcError(f"PartialState({unknown[0]}=...) is not supported by hpc",
                        fix="drop it: hpc forms the process group itself (env:// rendezvous, gloo on CPU, nccl on GPUs)")
-    cpu = bool(cpu or _job_setting("use_cpu"))
+    cpu = bool(cpu or job_setting("use_cpu"))
     if dist.is_available() and dist.is_initialized() and "nccl" not in dist.get_backend():
         cpu = True  # a group someone else formed without NCCL carries CPU tensors only
     expected = "gloo" if cpu or not torch.cuda.is_available() else "nccl"
@@ -141,15 +134,15 @@ class PartialState:
 
     @property
     def num_processes(self) -> int:
-        return self._process.env.world_size
+        return self._process.world_size
 
     @property
     def process_index(self) -> int:
-        return self._process.env.rank
+        return self._process.rank
 
     @property
     def local_process_index(self) -> int:
-        return self._process.env.local_rank
+        return self._process.local_rank
 
     @property
     def device(self) -> torch.device:
@@ -173,15 +166,15 @@ class PartialState:
 
     @property
     def is_main_process(self) -> bool:
-        return self.process_index == 0
+        return self._process.is_main_process
 
     @property
     def is_local_main_process(self) -> bool:
-        return self.local_process_index == 0
+        return self._process.is_local_main_process
 
     @property
     def is_last_process(self) -> bool:
-        return self.process_index == self.num_processes - 1
+        return self._process.is_last_process
 
     @property
     def debug(self) -> bool:
@@ -192,7 +185,7 @@ class PartialState:
         accelerator = _accelerator()
         if accelerator is not None:
             return bool(accelerator.debug)
-        return bool(_job_setting("debug"))
+        return bool(job_setting("debug"))
 
     @debug.setter
     def debug(self, value: bool) -> None:
@@ -301,8 +294,6 @@ class PartialState:
 
     def destroy_process_group(self, group=None) -> None:
         if dist.is_available() and dist.is_initialized():
-            from hpc.runtime.resilience import stop_vote
-
             stop_vote.finish_all()  # stop votes still travelling need the group
             dist.destroy_process_group(group)
 
@@ -328,8 +319,6 @@ class AcceleratorState:
         self._partial = PartialState(cpu, **kwargs)
         self._mixed_precision = mixed_precision
         if mixed_precision is not None and self.initialized:
-            from hpc.runtime.precision import normalize
-
             if normalize(mixed_precision) != self.mixed_precision:
                 raise HpcError(f"AcceleratorState(mixed_precision={mixed_precision!r}) differs from the Accelerator's "
                                f"{self.mixed_precision!r}", fix="pass mixed_precision to Accelerator() only")
@@ -369,9 +358,7 @@ class AcceleratorState:
         accelerator = _accelerator()
         if accelerator is not None:
             return accelerator.mixed_precision
-        from hpc.runtime.precision import normalize
-
-        return normalize(self._mixed_precision or _job_setting("mixed_precision"))
+        return normalize(self._mixed_precision or job_setting("mixed_precision"))
 
     def _plugin(self, kind: DistributedType):
         accelerator = _accelerator()

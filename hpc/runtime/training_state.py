@@ -20,7 +20,8 @@ class TrainingState:
     loaders: list = field(default_factory=list)
     custom_objects: list = field(default_factory=list)
     completed_steps: int = 0  # optimizer steps taken (accumulation windows closed)
-    # what the owner does at these moments; the Accelerator resumes before the first work, feeds its hang
+    micro_step: int = 0  # micro-steps seen by accumulate() (the Accelerator's `step`)
+    # what the owner does at these moments; the run guard resumes before the first work, feeds its hang
     # watchdog on progress and paces checkpoints on steps. A loader prepared without one does nothing.
     before_work: Callable[[], None] = _nothing
     on_progress: Callable[[str], None] = _nothing
@@ -42,3 +43,4 @@ class TrainingState:
     def clear(self) -> None:
         for objects in (self.models, self.optimizers, self.schedulers, self.loaders):
             objects.clear()
+        self.micro_step = 0

@@ -8,9 +8,13 @@ import torch
 class AcceleratedOptimizer(torch.optim.Optimizer):
     """step/zero_grad act only at the end of an accumulation window; fp16 steps go through the scaler."""
 
-    def __init__(self, optimizer: torch.optim.Optimizer, accelerator, user_optimizer=None):
-        # optimizer: what steps (the user's, or the backend's replacement); user_optimizer: what the user built
-        self.optimizer, self.accelerator = optimizer, accelerator
+    def __init__(self, optimizer: torch.optim.Optimizer, strategy, precision, gradient_state, training,
+                 user_optimizer=None):
+        # optimizer: what steps (the user's, or the backend's replacement); user_optimizer: what the user built.
+        # The strategy steps it, through the precision's fp16 scaler; the gradient state says whether this
+        # micro-step ends a window; the training state counts the steps.
+        self.optimizer, self.strategy, self.precision = optimizer, strategy, precision
+        self.gradient_state, self.training = gradient_state, training
         self.user_optimizer = user_optimizer if user_optimizer is not None else optimizer
         self.step_was_skipped = False
         self._unscaled = False
@@ -42,22 +46,21 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.optimizer.load_state_dict(state_dict)
 
     def unscale_once(self) -> None:
-        scaler = self.accelerator.precision.scaler
+        scaler = self.precision.scaler
         if scaler is not None and not self._unscaled:
             scaler.unscale_(self.optimizer)
             self._unscaled = True
 
     def zero_grad(self, set_to_none: bool = True):
-        if self.accelerator.sync_gradients:
-            self.accelerator.strategy.zero_grad(self.optimizer, set_to_none)
+        if self.gradient_state.sync_gradients:
+            self.strategy.zero_grad(self.optimizer, set_to_none)
 
     def step(self, closure=None):
-        if not self.accelerator.sync_gradients:
+        if not self.gradient_state.sync_gradients:
             return None
         self._unscaled = False
-        self.step_was_skipped = self.accelerator.strategy.optimizer_step(self.optimizer,
-                                                                          self.accelerator.precision.scaler, closure)
-        self.accelerator.training.optimizer_stepped(self)
+        self.step_was_skipped = self.strategy.optimizer_step(self.optimizer, self.precision.scaler, closure)
+        self.training.optimizer_stepped(self)
         return None
 
     # schedule-free optimizers switch their weights between train() and eval(): passed through
@@ -81,19 +84,21 @@ class AcceleratedScheduler:
     steps.
     """
 
-    def __init__(self, scheduler, optimizers: list[AcceleratedOptimizer], accelerator):
-        self.scheduler, self.optimizers, self.accelerator = scheduler, optimizers, accelerator
+    def __init__(self, scheduler, optimizers: list[AcceleratedOptimizer], gradient_state, step_with_optimizer: bool,
+                 repeats: int):
+        # repeats: how often one step steps the schedule (num_processes, or 1 with split_batches)
+        self.scheduler, self.optimizers, self.gradient_state = scheduler, optimizers, gradient_state
+        self.step_with_optimizer, self.repeats = step_with_optimizer, repeats
 
     def step(self, *args, **kwargs):
-        acc = self.accelerator
-        if not acc.step_scheduler_with_optimizer:
+        if not self.step_with_optimizer:
             self.scheduler.step(*args, **kwargs)
             return
-        if not acc.sync_gradients:
+        if not self.gradient_state.sync_gradients:
             return
         if any(opt.step_was_skipped for opt in self.optimizers):
             return
-        repeats = 1 if acc.dataloader_config.split_batches else acc.num_processes
+        repeats = self.repeats
         total = getattr(self.scheduler, "total_steps", None)  # OneCycleLR raises past its last step
         for _ in range(repeats):
             if total is not None and self.scheduler.last_epoch + 1 > total:

@@ -25,7 +25,10 @@ from hpc.runtime.checkpoint import fileset, manifest, notices, safe_load
 from hpc.runtime.checkpoint.fileset import FileSet
 from hpc.runtime.checkpoint.formats import StagingBuffers
 from hpc.runtime.checkpoint.store import CheckpointStore
+from hpc.runtime.precision import Precision
+from hpc.runtime.process_env import ProcessState
 from hpc.runtime.seed import old_numpy_globals, rng_state, set_rng_state
+from hpc.runtime.training_state import TrainingState
 
 COMMIT_TIMEOUT_S = 1800.0  # how long rank 0 waits for the other ranks' files before giving the save up
 # how long a rank waits for the others to enter a sharded save or load before it names the script's mistake
@@ -35,15 +38,20 @@ ANNOUNCE_TIMEOUT_S = 120.0
 
 
 class Checkpointer:
-    def __init__(self, accelerator, fmt, store: CheckpointStore, fsync: bool = False,
-                 arrival_timeout_s: float = ARRIVAL_TIMEOUT_S):
-        self.acc, self.format, self.store, self.fsync = accelerator, fmt, store, fsync
+    """``process``: this rank's facts and plain collectives (its barrier casts no stop vote: a save is not a point
+    of the training loop). ``states``: what is saved and restored (models, optimizers, schedulers, loaders,
+    registered objects); ``precision``: the fp16 loss scaler, where there is one."""
+
+    def __init__(self, process: ProcessState, states: TrainingState, precision: Precision, fmt,
+                 store: CheckpointStore, fsync: bool = False, arrival_timeout_s: float = ARRIVAL_TIMEOUT_S):
+        self.process, self.states, self.precision = process, states, precision
+        self.format, self.store, self.fsync = fmt, store, fsync
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._staging = StagingBuffers()  # reused by every background save (one is in flight at a time)
         self.alone = bool(getattr(fmt, "replicated", False))  # each rank saves and loads without the others
         self._own_part_folder: Path | None = None  # where the checkpoint being loaded keeps this rank's part
-        self._arrivals = notices.Arrivals(accelerator.num_processes, arrival_timeout_s)
+        self._arrivals = notices.Arrivals(process.world_size, arrival_timeout_s)
         self._saved_points: set[tuple] = set()  # (step, micro_step) this process saved a part of (replicated)
         # what this process knows of the store's folders, alike on every rank (choose and sharded saves run
         # together): damaged (why), or verified or written here; a damaged one is saved again, never kept
@@ -82,14 +90,14 @@ class Checkpointer:
 
     @property
     def rank(self) -> int:
-        return self.acc.process_index
+        return self.process.rank
 
     @property
     def world(self) -> int:
-        return self.acc.num_processes
+        return self.process.world_size
 
     def _barrier(self) -> None:
-        self.acc.wait_for_everyone()
+        self.process.barrier()
 
     def _all_gather(self, obj) -> list:
         return ops.gather_object(obj, self.world)
@@ -235,8 +243,8 @@ class Checkpointer:
             before_write(work)
         # GPU state goes through pinned host buffers even for a synchronous save: faster than the pageable
         # copies torch.save makes of each tensor
-        buffers = self._staging if async_save or self.acc.device.type == "cuda" else None
-        staged = self.format.stage(self.acc.training.models, self.acc.training.optimizers, copy=buffers,
+        buffers = self._staging if async_save or self.process.device.type == "cuda" else None
+        staged = self.format.stage(self.states.models, self.states.optimizers, copy=buffers,
                                    background=async_save)
         extras = self._extras(buffers)
         staged.start(work)
@@ -259,17 +267,17 @@ class Checkpointer:
         self._thread.start()
 
     def _extras(self, buffers: StagingBuffers | None) -> dict:
-        acc = self.acc
+        states, scaler = self.states, self.precision.scaler
         out = {f"rng/rank{self.rank}.pt": rng_state()}
-        readers = [dl.state_dict().get("reader") for dl in acc.training.loaders]
+        readers = [dl.state_dict().get("reader") for dl in states.loaders]
         if any(r is not None for r in readers):  # a StatefulDataLoader's stream: where each rank's reader stands
             out[f"loaders/rank{self.rank}.pt"] = readers
         if self.rank == 0:
-            for i, sched in enumerate(acc.training.schedulers):
+            for i, sched in enumerate(states.schedulers):
                 out[f"scheduler_{i}.pt"] = sched.state_dict()
-            if acc.precision.scaler is not None:
-                out["scaler.pt"] = acc.precision.scaler.state_dict()
-            for i, obj in enumerate(acc.training.custom_objects):
+            if scaler is not None:
+                out["scaler.pt"] = scaler.state_dict()
+            for i, obj in enumerate(states.custom_objects):
                 out[f"custom_{i}.pt"] = obj.state_dict()
         return buffers.copy(out, "extras") if buffers is not None else out
 
@@ -386,7 +394,7 @@ class Checkpointer:
 
     def load(self, folder: Path) -> dict:
         self.wait()
-        acc = self.acc
+        states = self.states
         data = manifest.read(folder)
         if data.get("format") != self.format.name:
             raise HpcError(f"{folder} holds a '{data.get('format')}' checkpoint; this job saves '{self.format.name}'",
@@ -394,15 +402,15 @@ class Checkpointer:
         # every file is read before any state changes: a refused one leaves the training state as it was
         mine = folder if not self.alone or self.rank == 0 else self._own_part(data)
         extras = self._read_extras(folder, mine)
-        self.format.load(folder, acc.training.models, acc.training.optimizers)
-        for sched, state in zip(acc.training.schedulers, extras["schedulers"]):
+        self.format.load(folder, states.models, states.optimizers)
+        for sched, state in zip(states.schedulers, extras["schedulers"]):
             sched.load_state_dict(state)
         if extras.get("scaler") is not None:
-            acc.precision.scaler.load_state_dict(extras["scaler"])
-        for obj, state in zip(acc.training.custom_objects, extras["custom"]):
+            self.precision.scaler.load_state_dict(extras["scaler"])
+        for obj, state in zip(states.custom_objects, extras["custom"]):
             obj.load_state_dict(state)
-        # loaders' epoch and position come with the meta (_restore); streams' state here
-        for loader, reader in zip(acc.training.loaders, extras.get("readers") or []):
+        # loaders' epoch and position come with the meta (TrainingCheckpoints.restore); streams' state here
+        for loader, reader in zip(states.loaders, extras.get("readers") or []):
             if reader is not None:
                 loader.load_state_dict({**loader.state_dict(), "reader": reader})
         if extras.get("rng") is not None:  # a job resumed at another world size keeps its new ranks' fresh streams
@@ -412,12 +420,12 @@ class Checkpointer:
     def _read_extras(self, folder: Path, mine: Path | None) -> dict:
         """The schedulers', scaler's, registered objects', stream readers' and RNG state, as tensors and plain
         data only (safe_load)."""
-        acc = self.acc
+        states = self.states
         out: dict = {"schedulers": [safe_load.load(folder / f"scheduler_{i}.pt")
-                                    for i in range(len(acc.training.schedulers))],
-                     "custom": [safe_load.load(folder / f"custom_{i}.pt", map_location=acc.device)
-                                for i in range(len(acc.training.custom_objects))]}
-        if acc.precision.scaler is not None and (folder / "scaler.pt").exists():
+                                    for i in range(len(states.schedulers))],
+                     "custom": [safe_load.load(folder / f"custom_{i}.pt", map_location=self.process.device)
+                                for i in range(len(states.custom_objects))]}
+        if self.precision.scaler is not None and (folder / "scaler.pt").exists():
             out["scaler"] = safe_load.load(folder / "scaler.pt")
         readers = mine / f"loaders/rank{self.rank}.pt" if mine is not None else None
         if readers is not None and readers.exists():

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from hpc.contract import layout
+from hpc.errors import HpcError
 
 REQUEUE = 1  # the profile's warning signal (time limit, preemption notice): checkpoint, requeue, exit
 STOP = 2  # TERM/INT (scancel, scontrol requeue, preemption, the hard limit): checkpoint and exit; SLURM decides
@@ -116,8 +117,7 @@ def requeue(max_requeues: int | None, why: str) -> tuple[bool, str]:
         return True, "the job script will requeue it"
     target = _slurm_target()
     if target:  # a submitit function: no script of ours around the ranks, so this rank asks SLURM itself
-        from hpc.errors import HpcError
-        from hpc.slurm.commands import Slurm
+        from hpc.slurm.commands import Slurm  # only a submitit job's stop needs SLURM's commands: not every start
 
         try:
             Slurm().requeue(target)
@@ -174,7 +174,7 @@ def preempted_without_job_script() -> bool:
     target = _slurm_target()
     if not target or job_script_requeues():
         return False
-    from hpc.slurm.commands import Slurm
+    from hpc.slurm.commands import Slurm  # only a submitit job's stop needs SLURM's commands: not every start
 
     return Slurm().preempted(target)
 

@@ -1,5 +1,11 @@
+"""Plain data parallelism (DDP), and what only DDP models do: a sync forced inside no_sync, uneven inputs joined."""
+
 from __future__ import annotations
 
+import contextlib
+import warnings
+
+from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel
 
 from hpc.runtime.handlers import DistributedDataParallelKwargs
@@ -24,3 +30,40 @@ class DDPStrategy(Strategy):
 
     def unwrap(self, model):
         return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+@contextlib.contextmanager
+def sync_in_backward(model):
+    """Inside no_sync (a manual accumulation), make the next backward all-reduce anyway (DDP only)."""
+    if not isinstance(model, DistributedDataParallel):
+        yield
+        return
+    before = model.require_backward_grad_sync, model.require_forward_param_sync
+    model.require_backward_grad_sync = model.require_forward_param_sync = True
+    model.reducer.prepare_for_backward([])  # the reducer expects this call from a forward
+    try:
+        yield
+    finally:
+        model.require_backward_grad_sync, model.require_forward_param_sync = before
+
+
+@contextlib.contextmanager
+def join_uneven_inputs(joinables, data_parallel: bool, one_process: bool, loaders: list, even_batches: bool | None):
+    """Ranks with fewer batches than others join the collectives of the ones still training (DDP's Join).
+    ``even_batches`` overrides the prepared map-style ``loaders``' setting inside the block."""
+    if not data_parallel:
+        if not one_process:  # one process has nothing to join: no warning
+            warnings.warn("join_uneven_inputs is only supported for multi-GPU and multi-CPU data parallelism "
+                          "(DDP); it does nothing here", UserWarning, stacklevel=3)
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        if even_batches is not None:
+            if any(loader.batch_sampler is None for loader in loaders):
+                warnings.warn("overriding even_batches is only supported for map-style datasets; the "
+                              "iterable ones keep their setting", UserWarning, stacklevel=3)
+            for loader in loaders:
+                if loader.batch_sampler is not None:
+                    stack.enter_context(loader.even_batches_as(even_batches))
+        stack.enter_context(Join(joinables))
+        yield

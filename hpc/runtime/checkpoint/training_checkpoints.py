@@ -1,0 +1,133 @@
+"""One run's checkpoints as save_state/load_state see them: the checkpointer (made on first use), the save and
+load pre-hooks, the folder a script names, what a checkpoint records of the loop (counters, loader positions)
+and putting it back. When to save and load (resume, preemption, pacing) is the run guard's."""
+
+from __future__ import annotations
+
+import collections
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.hooks import RemovableHandle
+
+from hpc.runtime.checkpoint.checkpointer import Checkpointer
+from hpc.runtime.checkpoint.store import CheckpointStore
+from hpc.runtime.precision import Precision
+from hpc.runtime.process_env import ProcessState
+from hpc.runtime.resilience import preemption
+from hpc.runtime.settings import Checkpointing
+from hpc.runtime.training_state import TrainingState
+
+
+class StateHooks:
+    """save_state/load_state pre-hooks, by registration order, each removable through its handle."""
+
+    def __init__(self):
+        self.save: collections.OrderedDict = collections.OrderedDict()  # weakly referenced by the handles
+        self.load: collections.OrderedDict = collections.OrderedDict()
+
+    def add(self, kind: str, hook):
+        table = getattr(self, kind)
+        handle = RemovableHandle(table)
+        table[handle.id] = hook
+        return handle
+
+
+@dataclass(frozen=True)
+class ResumeInfo:
+    """Where a resumed run stands: optimizer steps done, the first dataloader's epoch and batch in it."""
+
+    path: Path
+    step: int
+    epoch: int
+    batch: int
+
+
+class TrainingCheckpoints:
+    def __init__(self, process: ProcessState, training: TrainingState, strategy, precision: Precision,
+                 options: Checkpointing, on_resumed: Callable[[int], None]):
+        self.process, self.training, self.strategy, self.precision = process, training, strategy, precision
+        self.options, self.on_resumed = options, on_resumed
+        self.hooks = StateHooks()
+        self._checkpointer: Checkpointer | None = None
+
+    # an Accelerator may be pickled: the copy starts its own writer when it first saves; hooks are this process's
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_checkpointer": None, "hooks": StateHooks()}
+
+    @property
+    def directory(self) -> Path:
+        return self.options.directory
+
+    @property
+    def checkpointer(self) -> Checkpointer:
+        if self._checkpointer is None:
+            store = CheckpointStore(self.directory, self.options.keep)
+            self._checkpointer = Checkpointer(self.process, self.training, self.precision,
+                                              self.strategy.checkpoint_format(), store, self.options.fsync,
+                                              arrival_timeout_s=self.options.arrival_timeout_s)
+        return self._checkpointer
+
+    @property
+    def started(self) -> bool:
+        return self._checkpointer is not None
+
+    def forget(self) -> None:
+        """free_memory: the writer and what it knows of the store go (the next save makes a new one)."""
+        self._checkpointer = None
+
+    def wait(self) -> None:
+        if self.started:
+            self._checkpointer.wait()
+
+    def folder_named(self, path: str | os.PathLike) -> Path:
+        """The checkpoint folder a script names. Sharded state is one folder all ranks write, so every rank takes
+        rank 0's path (scripts often name one per rank: tempfile.TemporaryDirectory() on each). Replicated state
+        is saved and loaded by each rank alone, with no collective (save_state may run on the main process only):
+        each rank's own folder, where rank 0's holds the shared state (checkpointer.choose)."""
+        return Path(path if self.checkpointer.alone else self.process.broadcast_object(str(path)))
+
+    def step_folder(self) -> Path:
+        return self.checkpointer.store.step_dir(self.training.completed_steps)
+
+    def save(self, folder: Path, async_save: bool, purge: bool) -> Path:
+        meta = {"step": self.training.completed_steps, "micro_step": self.training.micro_step,
+                "strategy": self.strategy.name, "loaders": self.training.positions()}
+        return self.checkpointer.save(folder, meta, async_save=async_save, purge=purge,
+                                      before_write=self._run_save_hooks)
+
+    def models_for_hooks(self) -> list:
+        """The models as Accelerate hands them to save/load hooks: under DDP the user's own module (diffusers'
+        hooks call its save_pretrained), elsewhere the prepared one."""
+        return [m.module if isinstance(m, DistributedDataParallel) else m for m in self.training.models]
+
+    def _run_save_hooks(self, folder: Path) -> None:
+        if self.hooks.save:
+            models = self.models_for_hooks()
+            weights = [self.strategy.unwrap(m).state_dict() for m in models]
+            for hook in list(self.hooks.save.values()):
+                hook(models, weights, str(folder))
+
+    def run_load_hooks(self, folder: Path) -> None:
+        for hook in list(self.hooks.load.values()):
+            hook(self.models_for_hooks(), str(folder))
+
+    def restore(self, meta: dict, folder: Path, mid_epoch: bool) -> ResumeInfo:
+        """The loop's counters and each loader's place, from a loaded checkpoint's ``meta``: ``mid_epoch``, at
+        the batch after the checkpoint's; else at the top of its epoch, unless the loader restores its own
+        position (a script that skips by itself then lands where the checkpoint stopped)."""
+        training = self.training
+        training.completed_steps, training.micro_step = int(meta.get("step", 0)), int(meta.get("micro_step", 0))
+        for loader, where in zip(training.loaders, meta.get("loaders", [])):
+            if mid_epoch or loader.restores_position:
+                loader.resume_at(int(where["epoch"]), int(where["position"]))
+            else:
+                loader.restart_epoch(int(where["epoch"]), checkpoint_position=int(where["position"]))
+        first = (meta.get("loaders") or [{"epoch": 0, "position": 0}])[0]
+        self.on_resumed(training.completed_steps)
+        if self.process.is_main_process:
+            preemption.log(f"resumed from {folder} (step {training.completed_steps})")
+        return ResumeInfo(folder, training.completed_steps, int(first["epoch"]), int(first["position"]))

@@ -1,0 +1,239 @@
+"""What keeps one run going through restarts, preemption and hangs, in one place.
+
+The training loop and the collectives come through here (before_collective, before_work, beat, step_completed,
+before_batch): an auto-resume happens at the first call every rank makes once there is something to restore;
+each collective and optimizer step casts this rank's stop vote (stop_vote.py) and feeds the hang watchdog; a
+stop asked for by a signal checkpoints, requeues and exits every rank the same way. save_state and load_state
+are run from here too, with the watchdog paused and the save's time measured (pace.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Callable
+
+from hpc.contract import layout
+from hpc.errors import HpcError
+from hpc.runtime.checkpoint import notices
+from hpc.runtime.checkpoint import script_resume as script_checkpoints
+from hpc.runtime.checkpoint.training_checkpoints import ResumeInfo, TrainingCheckpoints
+from hpc.runtime.process_env import ProcessState
+from hpc.runtime.resilience import preemption
+from hpc.runtime.resilience.pace import Pace
+from hpc.runtime.resilience.stop_vote import StopVote
+from hpc.runtime.resilience.watchdog import HangWatchdog
+from hpc.runtime.settings import Resilience
+from hpc.runtime.training_state import TrainingState
+
+
+def requeue_signals(signal_name: str) -> list[str]:
+    # submitit asks for USR2 before the limit; its own handler would requeue at once, mid-step: once the
+    # loop checks should_stop, hpc's handler takes USR2 over and stops at a step boundary with a checkpoint
+    first = "USR2" if os.environ.get("SUBMITIT_EXECUTOR") else signal_name
+    return [n for n in dict.fromkeys([first, signal_name, "USR2"]) if n not in ("TERM", "INT")]
+
+
+class RunGuard:
+    """``finish``: what ends the run on every rank before a stop exits (the Accelerator's end_training)."""
+
+    def __init__(self, process: ProcessState, training: TrainingState, checkpoints: TrainingCheckpoints,
+                 options: Resilience, finish: Callable[[], None]):
+        self.process, self.training, self.checkpoints, self.options = process, training, checkpoints, options
+        self.finish = finish
+        self.resume_pending = options.auto_resume
+        self.watch = preemption.PreemptionWatch(requeue_signals(options.requeue_signal),
+                                                os.environ.get("HPC_STOP_FILE"))
+        self.stop_vote = StopVote(process.distributed, process.backend)
+        self.stop_code, self.stop_reason = 0, ""
+        self._resume_save_as = options.resume_save_as  # the naming of step checkpoints, read off the script's
+        self._batch_marks: dict[int, int] = {}  # loader -> completed steps at its previous batch of this pass
+        self.watchdog = self._make_watchdog(options.hang_timeout_s)
+        self.watchdog.start()
+        self.pace = Pace(options.lead_time_s, os.environ.get("HPC_JOB_DIR"), process.is_main_process)
+        if options.in_job:  # inside an hpc job the warning signal starts ignored; from now on it is noted
+            self.watch.install(term=False)
+
+    # An Accelerator may be pickled (sent to a worker, kept with a trainer object). What belongs to this process
+    # alone (its hang watchdog thread, signal handlers, stop votes, the job's pacing) is left behind: the copy
+    # gets an idle watchdog, signal watch and pace.
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "watchdog": None, "watch": None, "pace": None, "stop_vote": StopVote(False, None)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.watchdog = HangWatchdog(0.0, self.process.rank, self.process.world_size, socket.gethostname(), None)
+        self.watch = preemption.PreemptionWatch(requeue_signals(self.options.requeue_signal), None)
+        self.pace = Pace(None, None, self.process.is_main_process)
+
+    # --- the hooks the loop and the collectives enter -------------------------------------------------
+    def before_work(self) -> None:
+        # not before prepare() has the model or optimizer: main_process_first() around dataset loading waits for
+        # everyone before it, and a resume then would restore the counters and nothing else
+        if self.resume_pending and (self.training.models or self.training.optimizers):
+            self.resume()
+
+    def before_collective(self, label: str) -> None:
+        """Every rank is here, in the same order: resume if asked, vote on stopping, and count the progress
+        (``label`` is what a hang report shows if the other ranks never come)."""
+        self.before_work()
+        self.stop_vote.cast(self.watch.local_code())
+        self.beat(label)
+
+    def beat(self, what: str) -> None:
+        """Progress that is not a step (a batch, a collective): the hang watchdog counts it from the first
+        optimizer step on, so a long first step (torch.compile, autotuning) is not taken for a hang."""
+        if self.training.completed_steps:
+            self.watchdog.beat(what)
+
+    def step_completed(self) -> None:
+        """One optimizer step (an accumulation window) has ended (TrainingState counted it)."""
+        self.stop_vote.cast(self.watch.local_code())
+        self.pace.step_done()
+        self.watchdog.beat(f"optimizer step {self.training.completed_steps}")
+
+    def paused(self, what: str):
+        """A wait whose length is not the loop's (a download, a checkpoint): no hang is declared during it."""
+        return self.watchdog.paused(what)
+
+    @property
+    def completed_steps(self) -> int:
+        if self.resume_pending:  # what the resume will load: the newest checkpoint that verifies
+            newest = self.checkpoints.checkpointer.newest_good_step()
+            return newest if newest is not None else self.training.completed_steps
+        return self.training.completed_steps
+
+    # --- saving and loading -------------------------------------------------------------------------
+    def save_state(self, output_dir: str | os.PathLike | None, async_save: bool) -> Path:
+        self.before_work()
+        with self.paused("save_state: waiting for every rank"):
+            self.checkpoints.checkpointer.arrive("save_state")
+        named = output_dir is not None
+        folder = self.checkpoints.folder_named(output_dir) if named else self.checkpoints.step_folder()
+        if named:
+            self._note_script_checkpoint(folder)
+        with self.paused("save"), contextlib.nullcontext() if async_save else self.pace.saving():
+            return self.checkpoints.save(folder, async_save=async_save, purge=not named)
+
+    def wait_for_checkpoint(self) -> None:
+        if self.checkpoints.started:  # a pause ends in a beat: none before anything was saved
+            with self.paused("checkpoint commit"):
+                self.checkpoints.wait()
+
+    def load_state(self, input_dir: str | os.PathLike | None) -> ResumeInfo:
+        self.resume_pending = False
+        checkpointer = self.checkpoints.checkpointer
+        with self.paused("load_state: waiting for every rank"):
+            checkpointer.arrive("load_state")
+        folder = checkpointer.choose(self.checkpoints.folder_named(input_dir) if input_dir is not None else None)
+        if folder is None:
+            raise HpcError(f"no committed checkpoint under {self.checkpoints.directory}",
+                           fix="save_state() first, or name a step folder")
+        return self._restore(folder, mid_epoch=False)
+
+    def resume(self) -> ResumeInfo | None:
+        self.resume_pending = False
+        folder = self.checkpoints.checkpointer.choose(None)
+        return self._restore(folder, mid_epoch=True) if folder is not None else None
+
+    def _restore(self, folder: Path, mid_epoch: bool) -> ResumeInfo:
+        self.checkpoints.run_load_hooks(folder)
+        with self.paused("load"):
+            meta = self.checkpoints.checkpointer.load(folder)
+        return self.checkpoints.restore(meta, folder, mid_epoch)
+
+    def _note_script_checkpoint(self, folder: Path) -> None:
+        """A folder the script named: where a requeued attempt of a self-resuming script may resume from, and,
+        read off it, the script's naming of step checkpoints (for the one hpc saves at the warning signal)."""
+        job_dir = os.environ.get("HPC_JOB_DIR")
+        if not (self.options.script_resumes and job_dir):
+            return
+        if self.process.is_main_process:
+            script_checkpoints.note(job_dir, os.environ.get("HPC_TASK", "0"), folder, self.training.completed_steps)
+        if self._resume_save_as is None:
+            self._resume_save_as = script_checkpoints.naming(folder, self.training.completed_steps)
+
+    # --- stopping -----------------------------------------------------------------------------------
+    @property
+    def should_stop(self) -> bool:
+        self.watch.install(term=True)  # from here on TERM is handled too: the loop checks for it
+        code = self.stop_vote.result(self.watch.local_code())
+        if code and not self.stop_code:  # what stopped us, fixed now: signals that follow (SLURM's TERM
+            # after our own requeue) change nothing
+            self.stop_reason = self.watch.received if self.watch.code == code else (
+                "TERM on another rank" if code == preemption.STOP else "warning signal on another rank")
+        self.stop_code = max(self.stop_code, code)
+        return self.stop_code > 0
+
+    def preemption_point(self) -> None:
+        if self.should_stop:
+            self.stop_here(self.save_state(None, async_save=False))
+
+    def before_batch(self, loader, first: bool) -> None:
+        """A self-resuming script is stopped at the first batch after an optimizer step once a stop was asked
+        for: its step is over, scheduler and counters included, and the checkpoint hpc saves in the script's
+        naming is one its own resume arithmetic lands on. Evaluation loops take no steps and are not stopped."""
+        if not self.options.script_resumes:
+            return
+        steps = self.training.completed_steps
+        before = None if first else self._batch_marks.get(id(loader))
+        self._batch_marks[id(loader)] = steps
+        if before is None or before == steps or not self.should_stop:
+            return
+        # every rank is here (the stop is seen alike): rank 0's naming holds for all (diffusers saves on it alone)
+        naming = self.process.broadcast_object(self._resume_save_as)
+        folder = None
+        if naming is not None:
+            folder = Path(naming.replace("{step}", str(steps)))
+            saved = self.process.broadcast_object(self.checkpoints.checkpointer.committed_step(folder))
+            if saved != steps:  # the script's own save of this very step stands
+                folder = self.save_state(folder, async_save=False)
+        elif self.process.is_main_process:
+            preemption.log("the script has saved no step checkpoint yet and resume_save_as is not set: nothing "
+                           "saved; its next attempt resumes from its newest own checkpoint, if any")
+        self.stop_here(folder)
+
+    def stop_here(self, folder: Path | None) -> None:
+        """Requeue (for the warning signal) and exit, every rank the same way; ``folder`` is what was saved."""
+        requeued = False
+        if self.process.is_main_process:
+            # TERM is a cancel unless SLURM preempted the job
+            preempted = self.stop_code == preemption.STOP and preemption.preempted_without_job_script()
+            said = "exiting"
+            if self.stop_code == preemption.REQUEUE or preempted:
+                # a preempted job comes back whatever max_requeues says, as SLURM's own requeue would bring it
+                requeued, said = preemption.requeue(None if preempted else self.options.max_requeues,
+                                                    self.stop_reason)
+            saved = f"saved {folder}" if folder is not None else "nothing saved"
+            preemption.log(f"stop requested ({self.stop_reason}): {saved}; {said}")
+        requeued = self.process.broadcast_flag(requeued)
+        self.finish()
+        sys.exit(0 if requeued else 128 + (signal.SIGTERM if self.stop_code == preemption.STOP
+                                           else getattr(signal, f"SIG{self.watch.requeue_signals[0]}")))
+
+    def end(self) -> None:
+        """The run is over: no hang watch, the last save committed, the last votes in."""
+        self.watchdog.stop()
+        self.wait_for_checkpoint()
+        self.stop_vote.finish()
+
+    # --- hangs --------------------------------------------------------------------------------------
+    def _make_watchdog(self, timeout_s: float) -> HangWatchdog:
+        job_dir = os.environ.get("HPC_JOB_DIR")
+        # one folder per array task (they share the job folder); the watchdog tells an earlier attempt's reports by age
+        folder = Path(layout.JobFolder(job_dir).hang(os.environ.get("HPC_TASK", "0"))) if job_dir else None
+        main = self.process.is_main_process
+        return HangWatchdog(timeout_s, self.process.rank, self.process.world_size, socket.gethostname(), folder,
+                            before_exit=self._after_hang, excused=None if main else notices.peer_saving)
+
+    def _after_hang(self, summary: str) -> None:
+        # any rank may ask (the job script's request file is one); scontrol for a function only from the rank
+        # that wrote the verdict: rank 0 may be the frozen one
+        if self.options.hang_requeue and (preemption.job_script_requeues() or self.watchdog.wrote_summary or (
+                self.watchdog.report_dir is None and self.process.is_main_process)):
+            _, said = preemption.requeue(self.options.max_requeues, f"hang: {summary}")
+            preemption.log(f"hang_requeue: {said}")
