@@ -218,7 +218,8 @@ def test_deepspeed_zero2_crash_and_resume_matches_the_straight_run_and_merges(tm
     assert "step-4 " in _launch(tmp_path, crashed, 2, restart=1).stderr
     b = _result(tmp_path / "b.pt")
     assert_same_run(_result(tmp_path / "a.pt"), b)
-    proc = _merge(tmp_path / "b", "-o", str(tmp_path / "b.safetensors"), "--trust-pickles")  # ZeRO partitions -> one file
+    # ZeRO partitions -> one file
+    proc = _merge(tmp_path / "b", "-o", str(tmp_path / "b.safetensors"), "--trust-pickles")
     assert proc.returncode == 0, proc.stderr
     merged = load_file(tmp_path / "b.safetensors")
     assert merged.keys() == b["weights"].keys()

@@ -27,7 +27,8 @@ QUIET = 1.0  # the timeout of the tests where nothing may fire: a check every 0.
 def _watchdog_module():
     """hpc.runtime.resilience.watchdog, loaded by its path: the package hpc.runtime imports torch (3 s a process on this
     machine), the module alone must not."""
-    spec = importlib.util.spec_from_file_location("hpc_watchdog_by_path", REPO / "hpc" / "runtime" / "watchdog.py")
+    path = REPO / "hpc" / "runtime" / "resilience" / "watchdog.py"
+    spec = importlib.util.spec_from_file_location("hpc_watchdog_by_path", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

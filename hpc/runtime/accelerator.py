@@ -2,8 +2,9 @@
 
 Settings are resolved in settings.py (arguments > the job's runtime config > ACCELERATE_* > defaults); this
 process's facts are ProcessState's (process_env.py); backends are strategies, precision is precision.py,
-prepare() is preparation.py, collectives are ops.py; resume, stop votes, preemption, hang watch, pacing and
-save/load orchestration are the run guard's (resilience/run_guard.py), checkpoints TrainingCheckpoints'.
+prepare() is preparation.py, collectives are collectives.py (nests walked by nest.py); resume, stop votes,
+preemption, hang watch, pacing and save/load orchestration are the run guard's (resilience/run_guard.py),
+checkpoints TrainingCheckpoints'.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from hpc.errors import HpcError
-from hpc.runtime import excepthook, model_files, ops, settings
+from hpc.runtime import collectives, excepthook, model_files, nest, settings
 from hpc.runtime.checkpoint.training_checkpoints import ResumeInfo, TrainingCheckpoints
 from hpc.runtime.compile import TorchDynamoPlugin
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
@@ -186,7 +187,8 @@ class Accelerator:
         return out[0] if len(out) == 1 else tuple(out)
 
     # one kind at a time, as Accelerate spells it; the same path as prepare()
-    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None, evaluation_mode: bool = False):
+    def prepare_model(self, model: torch.nn.Module, device_placement: bool | None = None,
+                      evaluation_mode: bool = False):
         if device_placement is False:
             raise HpcError("prepare_model(device_placement=False) is not supported by hpc", fix="drop it")
         return self.prepare(model)
@@ -289,8 +291,8 @@ class Accelerator:
     def gather(self, data):
         self._guard.before_collective("gather")
         if self.debug:
-            ops.verify_shapes(data, self.num_processes, "gather")
-        return ops.gather(data, self.num_processes)
+            collectives.verify_shapes(data, self.num_processes, "gather")
+        return collectives.gather_across(data, self.num_processes)
 
     def gather_for_metrics(self, data, use_gather_object: bool = False):
         """gather(), minus the samples the last batch repeated to keep ranks even. Objects that are not tensors
@@ -298,12 +300,12 @@ class Accelerator:
         if use_gather_object or not all_tensors(data):
             self._guard.before_collective("gather_object")
             items = data if isinstance(data, (list, tuple)) else [data]
-            gathered = [item for part in ops.gather_object(items, self.num_processes) for item in part]
+            gathered = [item for part in collectives.gather_object_across(items, self.num_processes) for item in part]
         else:
             gathered = self.gather(data)
         if self.gradient_state.remainder >= 0:
             gathered = (gathered[: self.gradient_state.remainder] if isinstance(gathered, list)
-                        else ops.truncate(gathered, self.gradient_state.remainder))
+                        else nest.truncate(gathered, self.gradient_state.remainder))
         return gathered
 
     def set_trigger(self) -> None:
@@ -328,11 +330,11 @@ class Accelerator:
         accepted and, as there on CPUs and GPUs, not applied."""
         self._guard.before_collective("reduce")
         if self.debug:
-            ops.verify_shapes(tensor, self.num_processes, "reduce")
-        return ops.reduce(tensor, self.num_processes, reduction)
+            collectives.verify_shapes(tensor, self.num_processes, "reduce")
+        return collectives.reduce_across(tensor, self.num_processes, reduction)
 
     def pad_across_processes(self, data, dim: int = 0, pad_index: int = 0, pad_first: bool = False):
-        return ops.pad_across_processes(data, self.num_processes, dim, pad_index, pad_first)
+        return collectives.pad_across(data, self.num_processes, dim, pad_index, pad_first)
 
     def wait_for_everyone(self) -> None:
         self._guard.before_collective("wait_for_everyone")  # every rank is here: e.g. resume before a final save

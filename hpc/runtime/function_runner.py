@@ -86,8 +86,8 @@ def main() -> int:
     except _Refused as e:
         print(f"hpc: {e}: the call is not run", file=sys.stderr, flush=True)
         return 2
-    config = runtime_config.current()
-    warning = config.get("preemption", {}).get("signal", "USR1")
+    config = runtime_config.current_config() or runtime_config.RuntimeConfig()  # outside hpc: the defaults
+    warning = config.preemption.signal
     rank = int(os.environ.get("RANK", "0"))
 
     def on_warning(signum, frame):
@@ -104,7 +104,7 @@ def main() -> int:
         from hpc.runtime.resilience import preemption  # torch comes with it: only on this path
 
         _save(call_path, _next_attempt(delayed), key, CALL_FILE)
-        limit = int(config.get("preemption", {}).get("max_requeues", 3))
+        limit = config.preemption.max_requeues
         requeued, said = preemption.requeue(limit, f"{stop} before the call took the signal over")
         preemption.log(f"function stopped by {stop}; {said}")
         return 0 if requeued else 128 + getattr(signal, f"SIG{stop}")

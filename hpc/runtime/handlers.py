@@ -71,8 +71,9 @@ class DistributedDataParallelKwargs(KwargsHandler):
         model.register_comm_hook(state, hook_fn)
 
     def ddp_args(self) -> dict:
-        args = {"dim": self.dim, "find_unused_parameters": self.find_unused_parameters, "bucket_cap_mb": self.bucket_cap_mb,
-                "gradient_as_bucket_view": self.gradient_as_bucket_view, "static_graph": self.static_graph}
+        args = {"dim": self.dim, "find_unused_parameters": self.find_unused_parameters,
+                "bucket_cap_mb": self.bucket_cap_mb, "gradient_as_bucket_view": self.gradient_as_bucket_view,
+                "static_graph": self.static_graph}
         if not self.broadcast_buffers:  # newer torch warns about the (default) True
             args["broadcast_buffers"] = False
         return args

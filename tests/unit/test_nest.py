@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hpc.errors import HpcError
-from hpc.runtime import collectives, nest, ops
+from hpc.runtime import collectives, nest
 from hpc.runtime.data.batches import BatchOps
 
 Pair = collections.namedtuple("Pair", "x y")
@@ -94,16 +94,16 @@ def test_a_strict_walk_names_what_it_refuses():
     with pytest.raises(HpcError, match="gather got a str"):
         collectives.gather_across({"a": torch.ones(1), "b": "text"}, 2)
     with pytest.raises(HpcError, match="reduce got a NoneType"):
-        ops.reduce(Pair(torch.ones(1), None), 1, "sum")
+        collectives.reduce_across(Pair(torch.ones(1), None), 1, "sum")
 
 
 def test_collectives_in_a_world_of_one_keep_the_types():
     data = {k: v for k, v in _nest().items() if k != "text"}
-    assert ops.gather(data, 1) is data and ops.pad_across_processes(data, 1, dim=1) is data
-    for reduced in (ops.reduce(data, 1, "sum"), collectives.reduce_across(data, 1)):
+    assert collectives.gather_across(data, 1) is data and collectives.pad_across(data, 1, dim=1) is data
+    for reduced in (collectives.reduce_across(data, 1, "sum"), collectives.reduce_across(data, 1)):
         _assert_same_shape(reduced, data)
         assert reduced["pair"].x is not data["pair"].x  # a new tensor, as Accelerate's
-    assert ops.truncate(data, 1)["frozen"]["b"][0].shape == (1, 2)
+    assert nest.truncate(data, 1)["frozen"]["b"][0].shape == (1, 2)
     assert collectives.broadcast_across(data, 1)["user"]["a"] is data["user"]["a"]
     with pytest.raises(HpcError, match="from_process=True"):
         collectives.broadcast_across(data, 2, from_process=True)

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from hpc.errors import HpcError
-from hpc.runtime import ops
+from hpc.runtime import collectives
 from hpc.runtime.checkpoint import fileset, manifest, notices, safe_load
 from hpc.runtime.checkpoint.fileset import FileSet
 from hpc.runtime.checkpoint.formats import StagingBuffers
@@ -100,7 +100,7 @@ class Checkpointer:
         self.process.barrier()
 
     def _all_gather(self, obj) -> list:
-        return ops.gather_object(obj, self.world)
+        return collectives.gather_object_across(obj, self.world)
 
     # --- saving -------------------------------------------------------------------------------------
     def wait(self) -> None:
