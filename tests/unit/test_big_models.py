@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -318,7 +319,11 @@ def test_disk_offload_reads_the_files_at_forward_time(tmp_path, monkeypatch):
     # between forwards the disk blocks hold nothing: their weights are files in the offload folder
     on_meta = {n for n, p in model.named_parameters() if p.device.type == "meta"}
     assert on_meta == {n for n, _ in model.named_parameters() if n.startswith(("blocks.1.", "blocks.2.", "norm."))}
-    assert reads == []
+    # the load parks the host part on disk while the disk part is written (Accelerate's default with disk in the
+    # map), in a private folder of its own that is gone afterwards; the offload folder itself is not read yet
+    parked = {Path(r).parent for r in reads}
+    assert all(p.name.startswith("hpc-host-offload-") and not p.exists() for p in parked), parked
+    reads.clear()
     assert torch.equal(model(IDS), expected)
     assert len(reads) == 4 * 2 + 2 and all(str(r).startswith(str(tmp_path / "offload")) for r in reads)
     index = json.loads((tmp_path / "offload" / "index.json").read_text())
