@@ -16,7 +16,9 @@ from pathlib import Path
 
 
 def _umask_mode() -> int:
-    mask = os.umask(0)
+    # the umask can only be read by setting it: for that instant it is the strictest one, so a file another thread
+    # creates meanwhile comes out more private, never less
+    mask = os.umask(0o077)
     os.umask(mask)
     return 0o666 & ~mask
 

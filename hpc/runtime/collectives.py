@@ -1,7 +1,7 @@
 """Collectives over tensors and nests of tensors: the one implementation of each, walked by hpc.runtime.nest.
 
 Two doors to each. The ``*_across`` functions take the world size (the Accelerator passes its own; a checkpoint
-its own); the functions with Accelerate's names and signatures (hpc.runtime.operations, `accelerate.utils`) read
+its own); the functions with Accelerate's names and signatures (`hpc.utils`, as `accelerate.utils`) read
 it from PartialState, whose first use forms the group when the job has several ranks, and compare the ranks'
 shapes first in debug mode (ACCELERATE_DEBUG_MODE), as Accelerate's do. Every rank must make the same calls with
 the same nest.

@@ -4,7 +4,7 @@ Names load on first use (the submodules import torch and the runtime), as in hpc
 """
 
 _MODULES = {
-    "hpc.runtime.operations": ["DistributedOperationException", "copy_tensor_to_devices", "broadcast",
+    "hpc.utils.operations": ["DistributedOperationException", "copy_tensor_to_devices", "broadcast",
                                "broadcast_object_list", "concatenate", "find_batch_size", "gather", "gather_object",
                                "honor_type", "is_namedtuple", "is_torch_tensor", "listify", "pad_across_processes",
                                "recursively_apply", "reduce", "send_to_device", "slice_tensors"],

@@ -1,21 +1,24 @@
-"""`accelerate.utils.operations` as hpc spells it: its names, defined in hpc.runtime.operations."""
+"""`accelerate.utils.operations` as hpc spells it: collectives (hpc.runtime.collectives) and one rank's nest helpers
+(hpc.runtime.nest) as free functions over PartialState's process group; no Accelerator is needed."""
 
-from hpc.runtime.operations import (
+from hpc.runtime.collectives import (
     DistributedOperationException,
     broadcast,
     broadcast_object_list,
-    concatenate,
     copy_tensor_to_devices,
-    find_batch_size,
     gather,
     gather_object,
+    pad_across_processes,
+    reduce,
+)
+from hpc.runtime.nest import (
+    concatenate,
+    find_batch_size,
     honor_type,
     is_namedtuple,
     is_torch_tensor,
     listify,
-    pad_across_processes,
     recursively_apply,
-    reduce,
     send_to_device,
     slice_tensors,
 )

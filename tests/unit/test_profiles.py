@@ -120,3 +120,11 @@ def test_a_profile_can_extend_the_builtin_of_the_same_name(in_tmp):
     write(in_tmp / "cluster_configs" / "site.yaml", "extends: perlmutter\nname: site\naccount: m1234\n")
     prof, _, _ = profiles.load("site")
     assert prof.account == "m1234" and prof.gpus_per_node == 4 and prof.constraint == "gpu"
+
+
+def test_every_scheduler_a_profile_may_name_has_a_backend_and_no_other():
+    """Records are checked against the profile's schedulers without loading the backends: the two lists agree."""
+    from hpc.cluster import backends
+    from hpc.cluster.config.schema import SCHEDULERS
+
+    assert sorted(SCHEDULERS) == backends.names()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pickle
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -93,21 +92,7 @@ def _shards_of(index_file: str) -> list[str]:
 def load_torch_file(path) -> dict:
     """A torch-format state dict, memory-mapped (tensors are read when used) with ``weights_only=True``: a file
     that needs more than tensors and plain containers is refused unless the user opted in (safe_load)."""
-    try:
-        try:
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as e:
-            if "mmap" not in str(e):
-                raise
-            # torch's legacy (pre-1.6) format cannot be mapped; it is still only read with weights_only
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        if safe_load.trusted():
-            safe_load.note_trusted(path)
-            return torch.load(path, map_location="cpu", weights_only=False)
-        raise safe_load.refused(path, "holds Python objects weights_only refuses (a weights file needs none)",
-                                fix=f"convert it to safetensors where it was made, or set {safe_load.TRUST_ENV}=1 "
-                                    "only if you trust everyone who can write it") from None
+    return safe_load.load(path, map_location="cpu", mmap=True)
 
 
 def _check_safetensors_format(path: str, metadata: dict | None) -> None:

@@ -36,14 +36,21 @@ def refused(what, why: str, fix: str | None = None) -> HpcError:
                                     "everyone who can write it")
 
 
-def load(source, map_location=None, allow: list | tuple = (), name: str | None = None):
+def load(source, map_location=None, allow: list | tuple = (), name: str | None = None, mmap: bool = False):
     """``torch.load(source, weights_only=True)`` with ``allow`` (objects, or (object, "old.module.name") pairs) as
     the only extra globals; what needs more is an HpcError (naming ``name``, default the path), or, with the
-    opt-in, an ordinary load."""
+    opt-in, an ordinary load. ``mmap``: tensors are read from the file when used (a file path only)."""
     import torch
 
     try:
         with torch.serialization.safe_globals(list(allow)):
+            if mmap:
+                try:
+                    return torch.load(source, map_location=map_location, weights_only=True, mmap=True)
+                except RuntimeError as e:
+                    if "mmap" not in str(e):
+                        raise
+                    # torch's legacy (pre-1.6) format cannot be mapped: read whole, still with weights_only
             return torch.load(source, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         if hasattr(source, "seek"):
