@@ -50,3 +50,6 @@ _LAZY.update({"PartialState": ("hpc.runtime.process_state", "PartialState"),
 _LAZY.update({name: ("hpc.big_modeling", name) for name in (
     "init_empty_weights", "init_on_device", "load_checkpoint_and_dispatch", "dispatch_model", "cpu_offload",
     "cpu_offload_with_hook", "disk_offload", "infer_auto_device_map", "load_checkpoint_in_model")})
+
+# hpc's batch-inference jobs (`from hpc import BatchInference`)
+_LAZY.update({"BatchInference": ("hpc.inference", "BatchInference"), "read_outputs": ("hpc.inference", "read_outputs")})

@@ -23,6 +23,7 @@ def _describe(record, tasks, per_task: bool = True) -> dict:
             "reasons": reasons(tasks),
             "counts": counts, "job_dir": record.job_dir, "submitted_at": record.submitted_at,
             "lost_nodes": base.lost_nodes(files), "hang": base.hang_summary(files),
+            "items": base.items_progress(files),
             "cluster": record.local.get("host") if record.remote else None,
             **({"tasks": {t: {"state": s.state, "exit_code": s.exit_code, "reason": s.reason}
                           for t, s in tasks.items()}} if per_task else {})}
@@ -70,6 +71,9 @@ def status(job, as_json):
         click.echo(f"  lost node(s): {', '.join(info['lost_nodes'])} (later attempts exclude them)")
     if info["hang"]:
         click.echo(f"  {info['hang']}")
+    if info["items"]:
+        done, total = info["items"]["done"], info["items"]["total"]
+        click.echo(f"  items: {done:,} of {total:,} done ({100 * done // total}%)")
     click.echo(f"  {info['cluster'] + ':' if info['cluster'] else ''}{record.job_dir}")  # host:path, as scp has it
 
 

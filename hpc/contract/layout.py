@@ -57,6 +57,9 @@ class TaskFile:
     # max_requeues counts these only, never SLURM's own requeues for preemption (SLURM_RESTART_COUNT counts both)
     REQUEUED = "requeued"
     REASON = "reason"  # why the attempt ended without its work done (not requeued, a failed requeue), a line each
+    # a batch-inference task's items: "items" {"attempt", "done", "total"} at the attempt's start (rank 0), and
+    # "items-r<rank>" "<attempt> <n>": what each rank committed since (hpc.contract.batch_outputs)
+    ITEMS = "items"
 
 
 class JobFolder:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hpc.cluster.config.precedence import Effective
 from hpc.cluster.records import JobRecord
-from hpc.contract import layout
+from hpc.contract import batch_outputs, layout
 from hpc.contract.atomic import atomic_write
 from hpc.errors import HpcError
 from hpc.slurm.commands import TaskState
@@ -206,6 +206,24 @@ def lost_nodes(files) -> list[str]:
     for text in task_files(files, layout.TaskFile.LOST_NODES).values():
         names.update(",".join(text.split()).split(","))
     return sorted(n for n in names if n)
+
+
+def items_progress(files) -> dict | None:
+    """A batch-inference job's items done of total, over its tasks (None: the job writes none)."""
+    texts = {name: None for name in files.list(layout.TASKS) if ".items" in name}
+    if not texts:
+        return None
+    read = {name: (files.read(f"{layout.TASKS}/{name}") or b"").decode(errors="replace") for name in texts}
+    done = total = 0
+    for name, text in read.items():
+        task, _, kind = name.partition(".")
+        if kind != layout.TaskFile.ITEMS:
+            continue
+        ranks = [t for n, t in read.items() if n.startswith(f"{task}.{layout.TaskFile.ITEMS}-r")]
+        counted = batch_outputs.task_items(text, ranks)
+        if counted is not None:
+            done, total = done + counted[0], total + counted[1]
+    return {"done": done, "total": total} if total else None
 
 
 def hang_summary(files) -> str | None:
