@@ -175,12 +175,6 @@ def _hostfile(job: JobSpec, profile: ClusterProfile, backend) -> str | None:
     return layout.hostfile_text(hosts, job.nproc_per_node, profile.hostfile_format)
 
 
-# After a task fails, how long the other tasks get to end (srun's --kill-on-bad-exit kills them at once) before
-# the nodes none of whose tasks ended are probed, and how long a probe (srun ... true) may take on a live node.
-LOST_NODE_AFTER_S = 20
-NODE_PROBE_TIMEOUT_S = 10
-
-
 def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None = None,
            *, backend) -> RenderedJob:
     """``workdir``: where the job runs (the code snapshot); None leaves it to sbatch (the submit folder)."""
@@ -245,8 +239,8 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         "run_and_note_end": ('trap : TERM INT; "$@"; rc=$?; echo "$rc" > '
                              f'"{folder.task("$HPC_TASK", layout.TaskFile.END)}.$SLURMD_NODENAME.$SLURM_PROCID"; '
                              'exit "$rc"'),
-        "lost_node_after": LOST_NODE_AFTER_S,
-        "probe_timeout": NODE_PROBE_TIMEOUT_S,
+        "lost_node_after": profile.lost_nodes.after,
+        "probe_timeout": profile.lost_nodes.probe_timeout,
     }
     try:
         script = template.render(**context).rstrip("\n") + "\n"

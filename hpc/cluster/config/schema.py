@@ -49,6 +49,16 @@ class Remote(_Repr):
 
 
 @record
+class LostNodes(_Repr):
+    """How the job script tells a dead node from a slow end: once a task has failed and the step is still there
+    ``after`` s later, each node none of whose tasks ended is probed (``srun -w NODE true``); one that does not
+    answer within ``probe_timeout`` s is lost, and the next attempt excludes it."""
+
+    after: int = _check(checks.positive, default=20)
+    probe_timeout: int = _check(checks.positive, default=10)
+
+
+@record
 class ClusterProfile(TrainingSettings, _Repr):
     name: str = _check(checks.job_name)
     description: str = ""
@@ -83,6 +93,7 @@ class ClusterProfile(TrainingSettings, _Repr):
     container: Container | None = None
     remote: Remote | None = None
     preemption: Preemption = field(default_factory=Preemption)
+    lost_nodes: LostNodes = field(default_factory=LostNodes)
     sbatch_extra: list[str] = _check(checks.sbatch_extra, default_factory=list)
     template: str | None = _check(checks.safe_value, default=None)
     hostfile_format: Literal["deepspeed", "mpi"] = "deepspeed"
