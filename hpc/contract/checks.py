@@ -244,3 +244,28 @@ def after(value: list[str]) -> list[str]:
                            fix=f"write e.g. 12345 or 12345:afterany (types: {', '.join(DEPENDENCY_TYPES)})")
         out.append(f"{m.group(1)}:{m.group(2) or 'afterok'}")
     return out
+
+
+_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
+
+
+def notify_target(value: str) -> str:
+    """A webhook (http:// or https:// URL) or one email address."""
+    if re.fullmatch(r"https?://[^\s/$.?#][^\s]*", value) or _EMAIL.fullmatch(value):
+        return value
+    raise HpcError("is neither a webhook URL nor an email address",
+                   fix="e.g. https://hooks.example.com/T0/B0/xyz or you@example.org")
+
+
+def ratio_above_one(value: float) -> float:
+    value = _finite(value, zero_ok=False, problem="must be a number above 1", fix="e.g. 1.5: 50% slower")
+    if value <= 1:
+        raise HpcError("must be above 1 (how many times slower than the median)", fix="e.g. 1.5")
+    return value
+
+
+def fraction(value: float) -> float:
+    value = _finite(value, zero_ok=True, problem="must be a number from 0 to 1", fix="e.g. 0.5")
+    if not 0 <= value <= 1:
+        raise HpcError("must be from 0 to 1", fix="e.g. 0.5: half the median node's")
+    return value

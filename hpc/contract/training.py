@@ -64,6 +64,14 @@ class TrainingSettings:
     # where hpc saves for such a script at the warning signal, "{step}" standing for its optimizer steps, e.g.
     # out/step_{step}; default: the naming of the script's own last save_state
     resume_save_as: str | None = field(metadata={"check": checks.resume_save_as}, default=None)
+    # stragglers: a rank whose steps take this many times the median rank's, window after window, is named in the
+    # log, `hpc status` and the trackers; with straggler_action "requeue" the job checkpoints and runs again
+    # without that rank's node
+    straggler_threshold: float | None = field(metadata={"check": checks.ratio_above_one}, default=None)
+    straggler_action: Literal["warn", "requeue"] | None = None
+    # a webhook URL or an email address told of each change that matters (started, requeued, node excluded,
+    # straggler, hang, failed, completed); a failed notice never fails the job
+    notify: str | None = field(metadata={"check": checks.notify_target}, default=None)
 
 
 TRAINING_KEYS = [f.name for f in fields(TrainingSettings)]

@@ -9,7 +9,12 @@ from dataclasses import field
 from typing import Literal, get_args
 
 from hpc.contract import checks
-from hpc.contract.launch_settings import Launcher, Preemption, record  # noqa: F401 - Launcher, Preemption: the profile's too
+from hpc.contract.launch_settings import (  # noqa: F401 - Launcher, Preemption, Vetting: the profile's too
+    Launcher,
+    Preemption,
+    Vetting,
+    record,
+)
 from hpc.contract.launch_settings import ReprByFields as _Repr
 from hpc.contract.launch_settings import checked as _check
 from hpc.contract.training import TRAINING_KEYS, TrainingSettings
@@ -94,6 +99,10 @@ class ClusterProfile(TrainingSettings, _Repr):
     remote: Remote | None = None
     preemption: Preemption = field(default_factory=Preemption)
     lost_nodes: LostNodes = field(default_factory=LostNodes)
+    # shell lines each node runs before the ranks start (exit 0: healthy), e.g. a site's node health check
+    health_check: list[str] = _check(checks.shell_lines, default_factory=list)
+    vetting: Vetting = field(default_factory=Vetting)
+    spare_nodes: int = _check(checks.non_negative, default=0)  # the job's default
     sbatch_extra: list[str] = _check(checks.sbatch_extra, default_factory=list)
     template: str | None = _check(checks.safe_value, default=None)
     hostfile_format: Literal["deepspeed", "mpi"] = "deepspeed"
@@ -149,6 +158,8 @@ class JobSpec(TrainingSettings, _Repr):
     main_process_port: int | None = _check(checks.port, default=None)  # rendezvous port (default: from the job id)
     elastic: str | None = _check(checks.elastic, default=None)
     max_restarts: int = _check(checks.non_negative, default=0)
+    # nodes allocated beyond `nodes`: vetting starts the job on the best `nodes` of them
+    spare_nodes: int = _check(checks.non_negative, default=0)
     monitor_interval: float | None = _check(checks.positive_seconds, default=None)  # between torchrun's checks
     array: str | None = _check(checks.array, default=None)
     sweep: str | None = None
@@ -186,6 +197,7 @@ PROFILE_DEFAULTS = {
     "time": "default_time",
     "launcher": "launcher",
     "cpu_bind": "cpu_bind",
+    "spare_nodes": "spare_nodes",
     "output_dir": "output_dir",
     "template": "template",
     "snapshot_include": "snapshot_include",
