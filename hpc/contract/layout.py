@@ -32,6 +32,7 @@ HANG = "hang"
 TIMINGS = "timings.json"
 FUNCTION = "function"
 SANITY = "sanity"
+VETTING = "vetting"  # vetting/<task>/<attempt>/<node>.json: each node's checks before the ranks start
 CANCELLED = "cancelled"  # marker: the user cancelled the job (an ended job without accounting stays CANCELLED)
 
 # the rendezvous port follows from the job id, above Linux's ephemeral range (32768-60999)
@@ -60,6 +61,12 @@ class TaskFile:
     # a batch-inference task's items: "items" {"attempt", "done", "total"} at the attempt's start (rank 0), and
     # "items-r<rank>" "<attempt> <n>": what each rank committed since (hpc.contract.batch_outputs)
     ITEMS = "items"
+    # nodes a later attempt must not run on besides the lost ones: "<node> <why>" a line each (vetting found it
+    # bad, a straggler with straggler_action requeue); the job script's requeue excludes them with the lost nodes
+    EXCLUDED = "excluded"
+    STRAGGLERS = "stragglers"  # a JSON line per straggler named (rank, host, ratio, step)
+    PROGRESS = "progress"  # "<attempt> <step or items>" a line per checkpoint or chunk committed (progress_guard)
+    NOTIFIED = "notified"  # the notices already sent, a key each: each goes out once (hpc.runtime.notify)
 
 
 class JobFolder:
