@@ -175,6 +175,32 @@ def _hostfile(job: JobSpec, profile: ClusterProfile, backend) -> str | None:
     return layout.hostfile_text(hosts, job.nproc_per_node, profile.hostfile_format)
 
 
+def vets(job, profile, backend) -> bool:
+    """Whether the job's nodes are vetted before its ranks start: SLURM jobs only (the local profile has one
+    machine); the job's `vet`, else the profile's vetting.enabled, else: 2+ nodes, spare nodes or a health check."""
+    if backend.name != "slurm":
+        return False
+    if job.vet is not None:
+        return job.vet
+    if profile.vetting.enabled is not None:
+        return profile.vetting.enabled
+    return job.nodes + job.spare_nodes >= 2 or bool(profile.health_check)
+
+
+def _check_spares(job, profile, backend, vetted: bool) -> None:
+    if not job.spare_nodes:
+        return
+    if backend.name != "slurm":
+        raise HpcError(f"spare_nodes = {job.spare_nodes} on the {profile.name} profile: only a SLURM job allocates "
+                       "nodes to choose from", fix="drop --spare-nodes, or submit to a SLURM profile")
+    if not vetted:
+        raise HpcError(f"spare_nodes = {job.spare_nodes} with vetting off: nothing would choose the nodes to run on",
+                       fix="drop --spare-nodes, or turn vetting on (--vet, or the profile's vetting.enabled)")
+    if job.elastic:
+        raise HpcError(f"spare_nodes with elastic {job.elastic}: an elastic job takes the nodes it finds itself",
+                       fix="drop one of --spare-nodes and --elastic")
+
+
 def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None = None,
            *, backend) -> RenderedJob:
     """``workdir``: where the job runs (the code snapshot); None leaves it to sbatch (the submit folder)."""
@@ -196,6 +222,8 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         known = sorted(t for t in env.list_templates() if t.endswith(".j2") and not t.startswith("_"))
         raise HpcError(f"no job template named {name!r}",
                        fix=f"use one of {', '.join(known)}, or put {name} in ./job_templates") from None
+    vetted = vets(job, profile, backend)
+    _check_spares(job, profile, backend, vetted)
     hostfile = _hostfile(job, profile, backend)
     dirs = backend.directives(job, profile, job_dir, array_spec)
     srun_flags, wrap = container_args(profile, job)
@@ -239,6 +267,9 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         "run_and_note_end": ('trap : TERM INT; "$@"; rc=$?; echo "$rc" > '
                              f'"{folder.task("$HPC_TASK", layout.TaskFile.END)}.$SLURMD_NODENAME.$SLURM_PROCID"; '
                              'exit "$rc"'),
+        "vet": vetted,
+        "step_by_runner": False,  # deepspeed.sbatch.j2 says True: its runner starts the step on the hostfile's nodes
+        "vet_port": layout.next_port_formula("MASTER_PORT"),
         "lost_node_after": profile.lost_nodes.after,
         "probe_timeout": profile.lost_nodes.probe_timeout,
     }

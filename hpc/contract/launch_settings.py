@@ -48,5 +48,5 @@ class Vetting(ReprByFields):
     min_free_memory: str = checked(checks.memory, default="1G")
     min_free_disk: str = checked(checks.memory, default="1G")  # in the job folder's filesystem and in $TMPDIR
     min_bandwidth: float | None = checked(checks.non_negative_number, default=None)  # GB/s, each node's best pair
-    relative_bandwidth: float = checked(checks.fraction, default=0.5)  # below this share of the median: slow
+    relative_speed: float = checked(checks.fraction, default=0.5)  # below this share of the median node: slow
     timeout: int = checked(checks.positive, default=120)  # seconds for the whole vetting step

@@ -91,6 +91,9 @@ class JobFolder:
     def hang(self, task: str) -> str:
         return self._join(HANG, task)
 
+    def vetting(self, task: str) -> str:
+        return self._join(VETTING, task)
+
     def function(self, name: str) -> str:
         return self._join(FUNCTION, name)
 
@@ -129,6 +132,11 @@ def sanity_result(rank: int, host: str, pid: int) -> str:
 def port_formula(job_id_expr: str) -> str:
     """The port as a bash arithmetic expression over the job id (``port_for`` in Python)."""
     return f"$(( {job_id_expr} % {PORT_SPAN} + {PORT_BASE} ))"
+
+
+def next_port_formula(port_expr: str) -> str:
+    """The port after ``port_expr`` in hpc's range, wrapping around (the vetting step's rendezvous)."""
+    return f"$(( ({port_expr} - {PORT_BASE} + 1) % {PORT_SPAN} + {PORT_BASE} ))"
 
 
 def hostfile_text(hosts: list[str], slots: int, fmt: str) -> str:

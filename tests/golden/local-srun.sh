@@ -20,6 +20,15 @@ export HPC_TASK=0 HPC_STOP_FILE="$HPC_JOB_DIR/tasks/0.stop" HPC_REQUEUE_FILE="$H
 # why the job ended without its work done, a line each (`hpc status` shows it)
 reason_file="$HPC_JOB_DIR/tasks/0.reason"
 rm -f "$reason_file"
+# No endless requeues: once a job has committed progress (a checkpoint, a batch job's outputs), it runs again only
+# while one of its last 3 attempts advanced it; otherwise it ends FAILED with the reason
+# (preemption.max_attempts_without_progress; 0: never). `stalled ATTEMPT` prints that reason when it applies.
+stalled() {
+  local why
+  [ -s "$HPC_JOB_DIR/tasks/$HPC_TASK.progress" ] || return 1
+  why=$(/path/to/python -m hpc.runtime.resilience.progress_guard "$HPC_JOB_DIR" "$HPC_TASK" "$1" 3) && return 1
+  echo "$why"
+}
 export WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 NODE_RANK=0
 pids=()
 stop() { if [ "${#pids[@]}" -gt 0 ]; then kill -"$1" "${pids[@]}" 2>/dev/null || true; fi; }
@@ -55,6 +64,9 @@ while true; do
     sleep 0.1
   done
   [ "$rc" -eq 0 ] && [ -e "$HPC_REQUEUE_FILE" ] || exit "$rc"
+  if stop_why=$(stalled "$HPC_RESTART_COUNT"); then
+    echo "$stop_why; not run again" >> "$reason_file"; echo "hpc: $stop_why: the job ends here" >&2; exit 1
+  fi
   HPC_RESTART_COUNT=$((HPC_RESTART_COUNT + 1))
   echo "hpc: requeued: starting the processes again (round $HPC_RESTART_COUNT)" >&2
 done

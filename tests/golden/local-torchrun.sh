@@ -20,6 +20,15 @@ export HPC_TASK=0 HPC_STOP_FILE="$HPC_JOB_DIR/tasks/0.stop" HPC_REQUEUE_FILE="$H
 # why the job ended without its work done, a line each (`hpc status` shows it)
 reason_file="$HPC_JOB_DIR/tasks/0.reason"
 rm -f "$reason_file"
+# No endless requeues: once a job has committed progress (a checkpoint, a batch job's outputs), it runs again only
+# while one of its last 3 attempts advanced it; otherwise it ends FAILED with the reason
+# (preemption.max_attempts_without_progress; 0: never). `stalled ATTEMPT` prints that reason when it applies.
+stalled() {
+  local why
+  [ -s "$HPC_JOB_DIR/tasks/$HPC_TASK.progress" ] || return 1
+  why=$(/path/to/python -m hpc.runtime.resilience.progress_guard "$HPC_JOB_DIR" "$HPC_TASK" "$1" 3) && return 1
+  echo "$why"
+}
 # SLURM signals the batch shell (USR1, 120 s before the time limit; TERM on
 # cancel or preemption): note it in HPC_STOP_FILE (read by ranks whose launcher does not pass it on) and hand it
 # to the job step, whose processes checkpoint and stop.
@@ -38,6 +47,9 @@ step_pid=$!
   rc=0
   wait "$step_pid" || rc=$?
   [ -e "$HPC_REQUEUE_FILE" ] || exit "$rc"
+  if stop_why=$(stalled "$HPC_RESTART_COUNT"); then
+    echo "$stop_why; not run again" >> "$reason_file"; echo "hpc: $stop_why: the job ends here" >&2; exit 1
+  fi
   HPC_RESTART_COUNT=$((HPC_RESTART_COUNT + 1))
   echo "hpc: requeued: starting the processes again (round $HPC_RESTART_COUNT)" >&2
 done

@@ -45,6 +45,11 @@ CASES = {
     "slurm-local-resume-args": ("slurm-local", {"script": "train.py", "nodes": 2, "args": ["--output_dir", "out"],
                                                "resume_args": ["--resume_from_checkpoint", "{checkpoint}",
                                                                "--note=it's {checkpoint}!"]}),
+    # vetting before the ranks start, on the 2 best of 3 nodes
+    "slurm-local-srun-vetted-spare": ("slurm-local", {"script": "train.py", "nodes": 2, "spare_nodes": 1,
+                                                     "vet": True}),
+    "slurm-local-deepspeed-vetted": ("slurm-local", {"script": "train.py", "launcher": "deepspeed", "nodes": 2,
+                                                    "vet": True}),
     "local-resume-args": ("local", {"script": "train.py", "nproc_per_node": 2,
                                    "resume_args": ["--resume_from_checkpoint", "{checkpoint}"]}),
 }

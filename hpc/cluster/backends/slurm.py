@@ -42,7 +42,9 @@ def dependency(job) -> str:
 
 def directives(job, profile, job_dir: str, array_spec: str | None) -> list[str]:
     """The #SBATCH options, each already checked to be free of shell and whitespace characters."""
-    d = [f"--job-name={job.job_name}", f"--nodes={job.nodes}", f"--ntasks-per-node={job.ntasks_per_node}"]
+    # spare nodes are allocated too: vetting starts the job on the best `nodes` of them
+    d = [f"--job-name={job.job_name}", f"--nodes={job.nodes + job.spare_nodes}",
+         f"--ntasks-per-node={job.ntasks_per_node}"]
     if job.cpus_per_task:
         # cpus_per_task is per process; an agent (torchrun, deepspeed) task holds all of its node's processes
         per_task = job.cpus_per_task * (job.nproc_per_node if job.launcher != "srun" else 1)
@@ -102,8 +104,9 @@ class SlurmBackend(Backend):
         if not job.nodelist:
             return None
         hosts = hostlist.expand(job.nodelist)
-        if len(hosts) != job.nodes:
-            raise HpcError(f"--nodelist {job.nodelist} names {len(hosts)} hosts but --nodes is {job.nodes}",
+        if len(hosts) != job.nodes + job.spare_nodes:
+            spare = f" plus {job.spare_nodes} spare" if job.spare_nodes else ""
+            raise HpcError(f"--nodelist {job.nodelist} names {len(hosts)} hosts but --nodes is {job.nodes}{spare}",
                            fix="make them agree")
         return hosts
 
@@ -123,7 +126,7 @@ class SlurmBackend(Backend):
     def preflight(self, effective) -> None:
         job = effective.job
         self.require_conf()
-        check_fits(self.slurm, job.partition, job.nodes, job.time, job.gpus_per_node)
+        check_fits(self.slurm, job.partition, job.nodes + job.spare_nodes, job.time, job.gpus_per_node)
 
     def start(self, plan: Plan, placement: Placement) -> tuple[str, dict]:
         self.require_conf()

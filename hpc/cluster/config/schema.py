@@ -160,6 +160,7 @@ class JobSpec(TrainingSettings, _Repr):
     max_restarts: int = _check(checks.non_negative, default=0)
     # nodes allocated beyond `nodes`: vetting starts the job on the best `nodes` of them
     spare_nodes: int = _check(checks.non_negative, default=0)
+    vet: bool | None = None  # vet the nodes before the ranks start (None: the profile's vetting.enabled decides)
     monitor_interval: float | None = _check(checks.positive_seconds, default=None)  # between torchrun's checks
     array: str | None = _check(checks.array, default=None)
     sweep: str | None = None
