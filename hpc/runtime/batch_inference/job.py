@@ -32,7 +32,7 @@ from hpc.errors import HpcError
 from hpc.runtime.batch_inference import chunk_files, sharding
 from hpc.runtime.batch_inference.progress import Progress
 from hpc.runtime.process_state import PartialState
-from hpc.runtime.resilience import preemption
+from hpc.runtime.resilience import preemption, progress_guard
 from hpc.runtime.resilience.run_guard import requeue_signals
 
 
@@ -127,6 +127,7 @@ class BatchInference:
             raise HpcError(f"cannot write chunk {chunk.number} under {self.output}: {e.strerror or e}",
                            fix="free space or fix the folder's permissions; committed chunks are kept") from None
         chunk.committed = True
+        progress_guard.note_done()  # this attempt did new work: a requeue is no endless loop (once per attempt)
         self.progress.add(len(chunk.indices))
 
     def finish(self) -> dict:

@@ -24,7 +24,9 @@ def _saves_file(job_dir: str | os.PathLike, task: str) -> Path:
 
 
 def note(job_dir: str | os.PathLike, task: str, folder: str | os.PathLike, step: int) -> None:
-    """Rank 0: the script (or hpc for it) saves its state into ``folder`` at optimizer step ``step``."""
+    """Rank 0: the script (or hpc for it) saves its state into ``folder`` at optimizer step ``step``. Called before
+    the save is written: its step counts as the job's progress only once committed, noted then by the save itself
+    (TrainingCheckpoints.save, progress_guard), never here."""
     line = json.dumps({"path": str(Path(folder).absolute()), "step": int(step)}) + "\n"
     fd = os.open(_saves_file(job_dir, task), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:

@@ -4,6 +4,7 @@ and putting it back. When to save and load (resume, preemption, pacing) is the r
 
 from __future__ import annotations
 
+import atexit
 import collections
 import os
 from dataclasses import dataclass
@@ -13,11 +14,12 @@ from typing import Callable
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.hooks import RemovableHandle
 
+from hpc.runtime.checkpoint import manifest
 from hpc.runtime.checkpoint.checkpointer import Checkpointer
 from hpc.runtime.checkpoint.store import CheckpointStore
 from hpc.runtime.precision import Precision
 from hpc.runtime.process_env import ProcessState
-from hpc.runtime.resilience import preemption
+from hpc.runtime.resilience import preemption, progress_guard
 from hpc.runtime.settings import Checkpointing
 from hpc.runtime.training_state import TrainingState
 
@@ -81,7 +83,10 @@ class TrainingCheckpoints:
 
     def wait(self) -> None:
         if self.started:
-            self._checkpointer.wait()
+            try:
+                self._checkpointer.wait()
+            finally:
+                _note_committed(ended=id(self))
 
     def folder_named(self, path: str | os.PathLike) -> Path:
         """The checkpoint folder a script names. Sharded state is one folder all ranks write, so every rank takes
@@ -94,10 +99,20 @@ class TrainingCheckpoints:
         return self.checkpointer.store.step_dir(self.training.completed_steps)
 
     def save(self, folder: Path, async_save: bool, purge: bool) -> Path:
+        """In a job, rank 0 notes the step as the job's progress once the save has committed (progress_guard); a
+        background save's commit is seen at the next save, at wait() or as the process exits."""
         meta = {"step": self.training.completed_steps, "micro_step": self.training.micro_step,
                 "strategy": self.strategy.name, "loaders": self.training.positions()}
-        return self.checkpointer.save(folder, meta, async_save=async_save, purge=purge,
-                                      before_write=self._run_save_hooks)
+        self.wait()  # a background save in flight commits (and is noted) first, as checkpointer.save would wait
+        saved = self.checkpointer.save(folder, meta, async_save=async_save, purge=purge,
+                                       before_write=self._run_save_hooks)
+        if self.process.is_main_process and os.environ.get("HPC_JOB_DIR"):
+            if async_save:  # committed in the background, unless the format could not: then noted right away
+                _in_flight.append((id(self), Path(saved), meta["step"]))
+                _note_committed()
+            else:
+                progress_guard.note(meta["step"])
+        return saved
 
     def models_for_hooks(self) -> list:
         """The models as Accelerate hands them to save/load hooks: under DDP the user's own module (diffusers'
@@ -131,3 +146,25 @@ class TrainingCheckpoints:
         if self.process.is_main_process:
             preemption.log(f"resumed from {folder} (step {training.completed_steps})")
         return ResumeInfo(folder, training.completed_steps, int(first["epoch"]), int(first["position"]))
+
+
+# rank 0's background saves, noted as progress once committed: (whose, folder, step); no model is kept alive by it
+_in_flight: list[tuple[int, Path, int]] = []
+
+
+def _note_committed(ended: int | None = None, everything: bool = False) -> None:
+    """Note each background save that has committed (its manifest holds its step). The saves of TrainingCheckpoints
+    ``ended`` (its id), or with ``everything`` all of them, are over: those that did not commit are forgotten."""
+    for entry in list(_in_flight):
+        whose, folder, step = entry
+        data = manifest.read(folder)
+        if data is not None and data.get("step") == step:
+            progress_guard.note(step)
+            _in_flight.remove(entry)
+        elif everything or whose == ended:
+            _in_flight.remove(entry)
+
+
+# Python joins the background save threads (not daemons) before it runs this: a save that committed as the process
+# ended (a crash after it, an exit with no wait) still counts
+atexit.register(_note_committed, everything=True)
