@@ -300,6 +300,7 @@ class HangWatchdog:
             _log(f"hang: cannot write {summary_path}: {e}")
         self.wrote_summary = True
         _log(summary)
+        _notify_hang(summary)
         return summary
 
     def _read_reports(self, reports: dict[int, dict]) -> None:
@@ -411,6 +412,18 @@ def _ranks(ranks: list[int]) -> str:
 def _hosts(ranks: list[int], hosts: dict[int, str]) -> str:
     names = list(dict.fromkeys(hosts.get(r, "an unknown host") for r in ranks))
     return ", ".join(names) if len(names) <= 3 else f"{', '.join(names[:3])} and {len(names) - 3} more hosts"
+
+
+def _notify_hang(summary: str) -> None:
+    """Tells the user (the job's `notify` target), once per attempt, from the rank that wrote the verdict. Bounded
+    (notify gives up after a few seconds, within the backstop's budget for the report) and never raises: the
+    process must still end."""
+    try:
+        from hpc.runtime import notify  # here: the module's top imports the standard library only
+
+        notify.send("hung", summary, key=f"hung-{notify.attempt()}")
+    except Exception as e:  # noqa: BLE001 - a lost notice must not keep a hung process alive
+        _log(f"hang: notify failed: {e!r}")
 
 
 def _rank_of(name: str, suffix: str) -> int | None:

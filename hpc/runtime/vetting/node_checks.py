@@ -8,6 +8,7 @@ kernel log's XID errors, where readable, catch a GPU that still answers but shou
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
@@ -19,6 +20,7 @@ from hpc.slurm import formats
 # XID errors that mean the GPU (or its link) cannot be trusted until the node is drained: double-bit ECC,
 # row-remapping failure, NVLink error, fallen off the bus, uncontained ECC
 _BAD_XIDS = {48, 63, 64, 74, 79, 95}
+_XID = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
 
 
 @dataclass
@@ -120,13 +122,5 @@ def xid_errors() -> Check | None:
         return None
     if proc.returncode != 0:
         return None
-    bad = []
-    for line in proc.stdout.splitlines():
-        if "NVRM: Xid" in line:
-            try:
-                xid = int(line.split("NVRM: Xid")[1].split(",")[1].strip())
-            except (IndexError, ValueError):
-                continue
-            if xid in _BAD_XIDS:
-                bad.append(xid)
+    bad = [int(m.group(1)) for m in _XID.finditer(proc.stdout) if int(m.group(1)) in _BAD_XIDS]
     return Check("XID errors", not bad, f"fatal XID {sorted(set(bad))} in the kernel log" if bad else "")
