@@ -35,6 +35,10 @@ _MODULES = {
                           "load_offloaded_weight", "offload_state_dict", "offload_weight", "save_offload_index"],
 }
 _LAZY = {name: module for module, names in _MODULES.items() for name in names}
+# the rest of Accelerate's big-model names in accelerate.utils
+_LAZY = {**_LAZY, **{name: "hpc.utils.modeling" for name in ("CustomDtype", "SAFE_WEIGHTS_NAME", "WEIGHTS_INDEX_NAME",
+                                                                "WEIGHTS_NAME")},
+         **{name: "hpc.hooks" for name in ("find_device", "recursive_getattr")}}
 __all__ = sorted(_LAZY)
 
 

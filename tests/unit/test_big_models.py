@@ -127,6 +127,65 @@ def test_accelerates_names_import_from_hpcs_paths():
     assert lc2 is load_checkpoint_in_model and set(hpc.utils.__all__) <= set(dir(hpc.utils))
 
 
+# Accelerate 1.15's own public names in its big-model modules (recorded from its source: the names each module
+# defines, and the helpers scripts import from them); hpc's path must have every one
+ACCELERATE_NAMES = {
+    "big_modeling": ["attach_layerwise_casting_hooks", "cpu_offload", "cpu_offload_with_hook", "disk_offload",
+                     "dispatch_model", "init_empty_weights", "init_on_device", "load_checkpoint_and_dispatch",
+                     "LayerwiseCastingHook", "SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING", "AlignDevicesHook",
+                     "CpuOffload", "UserCpuOffloadHook", "add_hook_to_module", "attach_align_device_hook",
+                     "attach_align_device_hook_on_blocks", "OffloadedWeightsLoader", "check_device_map",
+                     "extract_submodules_state_dict", "find_tied_parameters", "get_balanced_memory",
+                     "infer_auto_device_map", "load_checkpoint_in_model", "offload_state_dict", "retie_parameters",
+                     "recursive_getattr"],
+    "hooks": ["AlignDevicesHook", "CpuOffload", "LayerwiseCastingHook", "ModelHook", "SequentialHook",
+              "UserCpuOffloadHook", "add_hook_to_module", "attach_align_device_hook",
+              "attach_align_device_hook_on_blocks", "attach_execution_device_hook", "remove_hook_from_module",
+              "remove_hook_from_submodules", "PartialState", "PrefixedDataset", "clear_device_cache", "find_device",
+              "get_non_persistent_buffers", "named_module_tensors", "recursive_getattr", "send_to_device",
+              "set_module_tensor_to_device"],
+    # get_grad_scaler, get_mixed_precision_context_manager and is_peft_model live there too: training names,
+    # not big-model ones (hpc's mixed precision is hpc.runtime.precision)
+    "utils.modeling": ["align_module_device", "calculate_maximum_sizes", "check_device_map", "check_device_same",
+                       "check_tied_parameters_in_config", "check_tied_parameters_on_same_device", "clean_device_map",
+                       "compute_module_sizes", "compute_module_total_buffer_size", "convert_file_size_to_int",
+                       "dtype_byte_size", "fallback_allocate", "find_tied_parameters", "get_balanced_memory",
+                       "get_max_layer_size", "get_max_memory", "get_module_leaves", "get_module_size_with_ties",
+                       "get_non_persistent_buffers", "get_state_dict_from_offload", "get_state_dict_offloaded_model",
+                       "has_offloaded_params", "id_tensor_storage", "infer_auto_device_map", "load_checkpoint_in_model",
+                       "load_offloaded_weights", "load_state_dict", "named_module_tensors", "retie_parameters",
+                       "set_module_tensor_to_device", "CustomDtype", "SAFE_WEIGHTS_NAME", "WEIGHTS_INDEX_NAME",
+                       "WEIGHTS_NAME", "clear_device_cache", "load_offloaded_weight", "offload_weight",
+                       "save_offload_index"],
+    "utils.offload": ["OffloadedWeightsLoader", "PrefixedDataset", "extract_submodules_state_dict",
+                      "load_offloaded_weight", "offload_state_dict", "offload_weight", "save_offload_index"],
+    # the big-model names `from accelerate.utils import ...` finds
+    "utils": ["CustomDtype", "OffloadedWeightsLoader", "PrefixedDataset", "SAFE_WEIGHTS_NAME", "WEIGHTS_INDEX_NAME",
+              "WEIGHTS_NAME", "align_module_device", "calculate_maximum_sizes", "check_device_map",
+              "check_tied_parameters_in_config", "check_tied_parameters_on_same_device", "compute_module_sizes",
+              "convert_file_size_to_int", "dtype_byte_size", "extract_submodules_state_dict", "find_device",
+              "find_tied_parameters", "get_balanced_memory", "get_max_layer_size", "get_max_memory",
+              "has_offloaded_params", "id_tensor_storage", "infer_auto_device_map", "load_checkpoint_in_model",
+              "load_offloaded_weight", "load_offloaded_weights", "load_state_dict", "named_module_tensors",
+              "offload_state_dict", "offload_weight", "recursive_getattr", "retie_parameters", "save_offload_index",
+              "send_to_device", "set_module_tensor_to_device"],
+}
+
+
+def test_every_big_model_name_of_accelerate_is_at_hpcs_path():
+    import importlib
+
+    missing = [f"hpc.{module}.{name}" for module, names in ACCELERATE_NAMES.items()
+               for name in names if not hasattr(importlib.import_module(f"hpc.{module}"), name)]
+    assert not missing
+    import hpc.big_modeling
+    import hpc.hooks
+    import hpc.utils.modeling
+
+    for module in (hpc.big_modeling, hpc.hooks, hpc.utils.modeling):
+        assert set(module.__all__) <= set(dir(module))
+
+
 # empty init
 
 def test_init_empty_weights_puts_parameters_on_meta_and_restores_torch():
@@ -191,7 +250,8 @@ def test_infer_auto_device_map_respects_memory_no_split_and_ties():
     block = sizes["blocks.0"]
     # GPU indices fill first (the code path of a GPU machine: nothing here touches a GPU), then cpu, then disk
     budget = {0: sizes["embed"] + block + 64, 1: block * 2 + block + 8, "cpu": 2 * block}
-    device_map = infer_auto_device_map(model, max_memory=budget, no_split_module_classes=["Block"])
+    with pytest.warns(UserWarning, match="buffers need 72 bytes"):  # the norm's, offloaded: Accelerate warns too
+        device_map = infer_auto_device_map(model, max_memory=budget, no_split_module_classes=["Block"])
     used, _ = _bytes_per_device(model, device_map)
     # the first GPU keeps room for the largest layer it may have to run: its budget minus that layer is the bound
     assert used.get(0, 0) <= budget[0] - block and all(used.get(d, 0) <= budget[d] for d in (1, "cpu"))
@@ -216,6 +276,98 @@ def test_balanced_memory_spreads_over_gpus():
     low = get_balanced_memory(model, max_memory={0: "1GB", 1: "1GB", 2: "1GB"}, low_zero=True)
     assert low[0] < balanced[0]
     assert get_balanced_memory(model, max_memory={"cpu": 1000}) == {"cpu": 1000}
+
+
+class SizedBlock(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.up = nn.Linear(DIM, width)
+        self.down = nn.Linear(width, DIM)
+
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(x)))
+
+
+class Ragged(nn.Module):
+    """A top-level table bigger than any layer, blocks of four widths, a head that is not tied."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(48, DIM))
+        self.embed = nn.Embedding(20, DIM)
+        self.blocks = nn.ModuleList([SizedBlock(w) for w in (4, 16, 8, 24)])
+        self.head = nn.Linear(DIM, 20)
+
+    def forward(self, ids):
+        x = self.embed(ids) + self.table[: ids.shape[-1]]
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def test_fallback_allocation_and_balanced_memory_equal_accelerates():
+    """Recorded from Accelerate 1.15 on the same models and budgets (and 1,500 random budgets compared by hand)."""
+    from hpc import init_empty_weights
+    from hpc.utils import get_balanced_memory, infer_auto_device_map
+
+    with init_empty_weights():
+        model = Ragged()
+    budget = {0: 2488, "cpu": 8}
+    assert infer_auto_device_map(model, max_memory=budget, no_split_module_classes=["SizedBlock"]) == {"": "disk"}
+    # GPU 0 cannot take the table with room for the largest layer; rather than stay empty it takes what fits
+    assert list(infer_auto_device_map(model, max_memory=budget, no_split_module_classes=["SizedBlock"],
+                                      fallback_allocation=True).items()) == [
+        ("embed", 0), ("table", "disk"), ("blocks", "disk"), ("head", "disk")]
+    # the margin is the first SizedBlock's size (304 bytes), as Accelerate measures it, not the largest one's
+    three = {0: 3000, 1: 3000, 2: 3000}
+    assert get_balanced_memory(model, max_memory=three, no_split_module_classes=["SizedBlock"]) == \
+        {0: 2813, 1: 2813, 2: 3000}
+    assert get_balanced_memory(model, max_memory=three, no_split_module_classes=["SizedBlock"], low_zero=True) == \
+        {0: 560, 1: 3000, 2: 3000}
+    # a budget with "disk" is balanced too (Accelerate's fails on it: torch.device("disk"))
+    assert get_balanced_memory(model, max_memory={**three, "disk": 10})["disk"] == 10
+
+
+def test_fallback_allocate_and_sizes_with_ties_equal_accelerates():
+    from hpc.runtime.big_models.sizes import top_level_entries
+    from hpc.utils import compute_module_sizes, find_tied_parameters
+    from hpc.utils.modeling import fallback_allocate, get_module_leaves, get_module_size_with_ties
+
+    model = empty_tiny()
+    sizes = compute_module_sizes(model)
+    entries = top_level_entries(model)
+    tied = find_tied_parameters(model)
+
+    def first_fit(limit, no_split):
+        name, _, rest = fallback_allocate(list(entries), sizes, limit, no_split, tied)
+        return name, [n for n, _ in rest]
+
+    # breadth-first into splittable modules; the found one's ancestors are replaced by their parts
+    assert first_fit(700, ["Block"]) == ("embed", ["blocks", "norm", "head"])
+    assert first_fit(200, None) == ("norm", ["embed", "blocks", "head"])
+    assert first_fit(560, None) == ("blocks.0.down", ["embed", "blocks.0.up", "blocks.1", "blocks.2", "blocks.3",
+                                                      "norm", "head"])
+    assert first_fit(600, None) == ("blocks.0.up", ["embed", "blocks.0.down", "blocks.1", "blocks.2", "blocks.3",
+                                                    "norm", "head"])
+    assert fallback_allocate(list(entries), sizes, -1, None, tied)[0] is None  # nothing fits, or not a size:
+    assert fallback_allocate(list(entries), sizes, "lots", None, tied) == (None, None, entries)  # as it came
+    # the head holds the embedding's tied weight: it goes with it, at no extra size
+    assert get_module_size_with_ties(["head.weight"], sizes["embed"], sizes, entries[1:])[:2] == (640, ["head"])
+    assert get_module_leaves(sizes)[:3] == ["embed.weight", "blocks.0.up.weight", "blocks.0.up.bias"]
+
+
+def test_custom_dtypes_devices_and_attribute_paths():
+    from hpc.utils import CustomDtype, compute_module_sizes, dtype_byte_size, recursive_getattr
+    from hpc.utils.modeling import check_device_same
+
+    model = Ragged()
+    assert dtype_byte_size(CustomDtype.INT2) == 0.25 and dtype_byte_size(CustomDtype.FP8) == 1
+    assert compute_module_sizes(model, dtype=CustomDtype.INT4)[""] == 820.0  # Accelerate's numbers
+    assert compute_module_sizes(model, special_dtypes={"head.weight": CustomDtype.INT2})["head"] == 120.0
+    same = [check_device_same(torch.device(a), torch.device(b))
+            for a, b in [("cuda", "cuda:0"), ("cuda:1", "cuda"), ("cpu", "cpu"), ("cpu", "cuda")]]
+    assert same == [True, False, True, False]
+    assert recursive_getattr(model, "blocks.1.up.weight") is model.blocks[1].up.weight
 
 
 # hooks
@@ -304,6 +456,88 @@ def test_cpu_offload_and_disk_offload_give_the_same_outputs(tmp_path):
     hook_2.offload()
     hook_2.remove()
     assert not hasattr(second, "_hf_hook")
+
+
+def test_state_dict_of_an_offloaded_model_is_brought_in_module_by_module(tmp_path):
+    from hpc import cpu_offload, disk_offload, dispatch_model
+    from hpc.utils import has_offloaded_params
+    from hpc.utils.modeling import get_state_dict_from_offload, get_state_dict_offloaded_model
+
+    def ragged():
+        torch.manual_seed(0)
+        return Ragged().eval()
+
+    for build, device_map in ((tiny, MAP_CPU_DISK), (ragged, {"table": "cpu", "embed": "disk", "blocks": "disk",
+                                                               "head": "cpu"})):
+        expected = build().state_dict()
+        for offload in (lambda m: cpu_offload(m, "cpu"), lambda m: disk_offload(m, tmp_path / f"d{len(expected)}"),
+                        lambda m: dispatch_model(m, device_map, offload_dir=tmp_path / f"m{len(expected)}")):
+            model = offload(build())
+            state = get_state_dict_offloaded_model(model)
+            # Ragged's top-level table too (Accelerate's skips the top module's own tensors)
+            assert list(state) == list(expected) and all(torch.equal(state[k], expected[k]) for k in expected)
+            assert all(p.device.type == "meta" for p in model.blocks[1].parameters())  # and offloaded again
+    model = cpu_offload(ragged(), "cpu")
+    assert has_offloaded_params(model) and has_offloaded_params(model.blocks[0].up)  # the top one in a chain
+    wanted = {"blocks.0.up.weight": None, "blocks.0.up.bias": None}
+    get_state_dict_from_offload(model.blocks[0].up, "blocks.0.up.weight", wanted)
+    assert torch.equal(wanted["blocks.0.up.bias"], ragged().blocks[0].up.bias) and len(wanted) == 2
+
+
+def test_layerwise_casting_stores_small_and_computes_large():
+    from hpc.big_modeling import attach_layerwise_casting_hooks
+    from hpc.hooks import LayerwiseCastingHook
+
+    torch.manual_seed(0)
+    model = Ragged().eval()
+    rounded = Ragged().eval()
+    rounded.load_state_dict(model.state_dict())
+    attach_layerwise_casting_hooks(model, storage_dtype=torch.bfloat16, compute_dtype=torch.float32,
+                                   skip_modules_pattern="blocks.3", skip_modules_classes=(nn.Embedding,))
+    dtypes = {name: p.dtype for name, p in model.named_parameters()}
+    assert dtypes["blocks.0.up.weight"] == dtypes["head.bias"] == torch.bfloat16
+    # one pattern, matched with re.search on the name; a class skipped; a bare parameter is no layer
+    assert dtypes["blocks.3.up.weight"] == dtypes["embed.weight"] == dtypes["table"] == torch.float32
+    assert isinstance(model.head._hf_hook, LayerwiseCastingHook) and not hasattr(model.blocks[3].up, "_hf_hook")
+    with torch.no_grad():
+        for name, param in rounded.named_parameters():
+            if dtypes[name] == torch.bfloat16:
+                param.copy_(param.bfloat16().float())
+        output = model(IDS)
+    assert output.dtype == torch.float32 and torch.equal(output, rounded(IDS))
+    assert model.blocks[0].up.weight.dtype == torch.bfloat16  # back to storage after the forward
+    with pytest.raises(HpcError, match="not a torch dtype"):
+        attach_layerwise_casting_hooks(model, storage_dtype="fp8", compute_dtype=torch.float32)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without GPUs")
+def test_gpu_devices_fail_in_one_line_on_a_cpu_machine(tmp_path):
+    from hpc import cpu_offload, cpu_offload_with_hook, dispatch_model, load_checkpoint_in_model
+    from hpc.utils import check_device_map
+
+    check_device_map(tiny(), {"": 0})  # a map for GPUs can be checked anywhere
+    for call in (lambda: dispatch_model(tiny(), {"embed": 0, "head": 0, "blocks": 1, "norm": "cpu"}),
+                 lambda: dispatch_model(tiny(), {"": "cuda:0"}), lambda: cpu_offload(tiny(), 0),
+                 lambda: cpu_offload_with_hook(tiny(), "cuda"),
+                 lambda: load_checkpoint_in_model(empty_tiny(), tmp_path, device_map={"": 0})):
+        with pytest.raises(HpcError, match="which this machine does not have") as caught:
+            call()
+        assert caught.value.fix and "\n" not in str(caught.value)
+
+
+def test_hooks_stay_out_of_compiled_graphs_without_loading_dynamo(monkeypatch):
+    import sys
+
+    from hpc.runtime.big_models.hooks import compiler_disable
+
+    calls = []
+    marked = compiler_disable(lambda x: calls.append(x) or x)
+    monkeypatch.delitem(sys.modules, "torch._dynamo", raising=False)
+    assert marked(1) == 1 and "torch._dynamo" not in sys.modules  # nothing compiles: dynamo is not loaded for it
+    monkeypatch.undo()
+    import torch._dynamo  # noqa: F401  (what torch.compile loads first)
+
+    assert marked(2) == 2 and calls == [1, 2]
 
 
 def test_disk_offload_reads_the_files_at_forward_time(tmp_path, monkeypatch):

@@ -13,7 +13,12 @@ import torch
 from torch import nn
 
 from hpc.errors import HpcError
-from hpc.runtime.big_models.device_map import check_device_map, get_balanced_memory, infer_auto_device_map
+from hpc.runtime.big_models.device_map import (
+    check_device_map,
+    check_devices_available,
+    get_balanced_memory,
+    infer_auto_device_map,
+)
 from hpc.runtime.big_models.hooks import (
     AlignDevicesHook,
     CpuOffload,
@@ -53,6 +58,7 @@ def cpu_offload(model: nn.Module, execution_device=None, offload_buffers: bool =
     on ``execution_device`` (default: where the model is) for its forward only."""
     if execution_device is None:
         execution_device = _first_device(model)
+    check_devices_available({"": execution_device})
     if state_dict is None:
         state_dict = {name: tensor.to("cpu") for name, tensor in model.state_dict().items()}
     add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
@@ -65,6 +71,8 @@ def cpu_offload_with_hook(model: nn.Module, execution_device=None,
                           prev_module_hook: UserCpuOffloadHook | None = None) -> tuple[nn.Module, UserCpuOffloadHook]:
     """The model waits on the host and moves whole to ``execution_device`` at its first forward, staying there
     until the returned hook's ``offload()``; ``prev_module_hook``'s model is offloaded when this one runs."""
+    if execution_device is not None:
+        check_devices_available({"": execution_device})
     hook = CpuOffload(execution_device=execution_device, prev_module_hook=prev_module_hook)
     add_hook_to_module(model, hook, append=True)
     return model, UserCpuOffloadHook(model, hook)
@@ -74,10 +82,11 @@ def disk_offload(model: nn.Module, offload_dir, execution_device=None, offload_b
                  preload_module_classes: list[str] | None = None) -> nn.Module:
     """Write the weights to ``offload_dir`` (unless it already holds an offload index) and map each submodule's
     from there for its forward only: between forwards the model holds no weights at all."""
-    if not _has_offload_index(offload_dir):
-        offload_state_dict(offload_dir, model.state_dict())
     if execution_device is None:
         execution_device = _first_device(model)
+    check_devices_available({"": execution_device})
+    if not _has_offload_index(offload_dir):
+        offload_state_dict(offload_dir, model.state_dict())
     weights = TiedWeightsMap(OffloadedWeightsLoader(save_folder=offload_dir), find_tied_parameters(model))
     add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
     attach_align_device_hook(model, execution_device=execution_device, offload=True, offload_buffers=offload_buffers,
@@ -105,7 +114,9 @@ def _refuse_moves(model: nn.Module) -> None:
                                "on meta between forwards: it cannot be moved",
                                fix="dispatch it again with another device_map, or remove_hook_from_submodules(model) "
                                    "and load it whole")
-            logger.warning("moving a model dispatched with hooks: its hooks still send inputs to the mapped devices")
+            if method.__name__ != "to" or torch._C._nn._parse_to(*args, **kwargs)[0] is not None:  # not dtype only
+                logger.warning("moving a model dispatched with hooks: its hooks still send inputs to the mapped "
+                               "devices")
             return method(*args, **kwargs)
 
         return guarded
@@ -122,6 +133,7 @@ def dispatch_model(model: nn.Module, device_map: dict, main_device=None, state_d
     device are placed there; blocks on "cpu" (when a GPU runs the model) or "disk" are offloaded and brought to
     ``main_device`` for their forward. One device and no ``force_hooks``: the model is simply moved there."""
     check_device_map(model, device_map)
+    check_devices_available(device_map)
     devices = list(dict.fromkeys(device_map.values()))
     if len(devices) > 1 or "disk" in devices or force_hooks:
         if main_device is None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
+import sys
 from collections.abc import Mapping
 
 import torch
@@ -23,8 +25,28 @@ from hpc.runtime.big_models.module_tensors import (
 from hpc.runtime.big_models.offload import PrefixedDataset
 from hpc.runtime.nest import leaves, send_to_device
 
+logger = logging.getLogger(__name__)
+
 # what dispatch_model wraps on a dispatched model (to refuse moving it): taken off again with the hooks
 ADDED_ATTRIBUTES = ("to", "cuda", "npu", "xpu", "mlu", "sdaa", "musa")
+
+
+def compiler_disable(fn):
+    """``fn`` kept out of ``torch.compile``'s graphs, as Accelerate keeps its hook events: moving weights in and out
+    is not something to trace. Applied once dynamo is loaded (compiling loads it first): importing it only to mark
+    a function costs seconds on every run that never compiles."""
+    disabled = None
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        nonlocal disabled
+        if disabled is None:
+            if "torch._dynamo" not in sys.modules:
+                return fn(*args, **kwargs)
+            disabled = torch.compiler.disable(fn)
+        return disabled(*args, **kwargs)
+
+    return wrapper
 
 
 class ModelHook:
@@ -61,11 +83,13 @@ class SequentialHook(ModelHook):
             module = hook.init_hook(module)
         return module
 
+    @compiler_disable
     def pre_forward(self, module, *args, **kwargs):
         for hook in self.hooks:
             args, kwargs = hook.pre_forward(module, *args, **kwargs)
         return args, kwargs
 
+    @compiler_disable
     def post_forward(self, module, output):
         for hook in self.hooks:
             output = hook.post_forward(module, output)
@@ -209,6 +233,7 @@ class AlignDevicesHook(ModelHook):
                                             tied_params_map=self.tied_params_map)
         return module
 
+    @compiler_disable
     def pre_forward(self, module, *args, **kwargs):
         if self.io_same_device:
             self.input_device = find_device([args, kwargs])
@@ -227,6 +252,7 @@ class AlignDevicesHook(ModelHook):
         return (send_to_device(args, self.execution_device),
                 send_to_device(kwargs, self.execution_device, skip_keys=self.skip_keys))
 
+    @compiler_disable
     def post_forward(self, module, output):
         if self.offload:
             for name, _ in self._offloaded(module):
@@ -363,6 +389,7 @@ class CpuOffload(ModelHook):
     def init_hook(self, module):
         return module.to("cpu")
 
+    @compiler_disable
     def pre_forward(self, module, *args, **kwargs):
         if isinstance(self.prev_module_hook, UserCpuOffloadHook):
             previous = next(self.prev_module_hook.model.parameters(), None)
@@ -392,18 +419,27 @@ class UserCpuOffloadHook:
         remove_hook_from_module(self.model)
 
 
+def _offloading_hook(module: nn.Module) -> AlignDevicesHook | None:
+    """The module's AlignDevicesHook that offloads its weights, also from inside a SequentialHook (``cpu_offload``
+    chains one after the top module's input hook)."""
+    hook = getattr(module, "_hf_hook", None)
+    for candidate in hook.hooks if isinstance(hook, SequentialHook) else (hook,):
+        if isinstance(candidate, AlignDevicesHook) and candidate.offload:
+            return candidate
+    return None
+
+
 def has_offloaded_params(module: nn.Module) -> bool:
     """Whether the module's weights are offloaded by an AlignDevicesHook (they are on meta between forwards)."""
-    hook = getattr(module, "_hf_hook", None)
-    return isinstance(hook, AlignDevicesHook) and hook.offload
+    return _offloading_hook(module) is not None
 
 
 @contextlib.contextmanager
 def align_module_device(module: nn.Module, execution_device=None):
     """Inside, the module's own weights are real tensors on ``execution_device`` (default: its hook's), even when
     offloaded; after, they are where they were."""
-    if has_offloaded_params(module):
-        hook = module._hf_hook
+    hook = _offloading_hook(module)
+    if hook is not None:
         original = hook.execution_device
         if execution_device is not None:
             hook.execution_device = execution_device
@@ -425,3 +461,46 @@ def align_module_device(module: nn.Module, execution_device=None):
     else:
         yield
 
+
+def _state_dict_owners(model: nn.Module) -> dict[str, list[str]]:
+    owners: dict[str, list[str]] = {}
+    for key in model.state_dict(keep_vars=True):
+        owners.setdefault(key.rpartition(".")[0], []).append(key)
+    return owners
+
+
+def get_state_dict_offloaded_model(model: nn.Module) -> dict:
+    """The model's state dict on the host, offloaded modules included: each module's weights are brought in (from
+    the host copy or the offload folder) one module at a time. Tensors still on meta with nothing to bring them in
+    are left out, with a warning."""
+    keys = list(model.state_dict(keep_vars=True))  # names only: meta tensors cost nothing
+    owners = _state_dict_owners(model)
+    found: dict = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        wanted = [key for key in owners.get(name, ()) if key not in found]
+        if not wanted:
+            continue
+        with align_module_device(module, "cpu"):
+            for key in wanted:
+                tensor = getattr(module, key.rpartition(".")[2], None)
+                if isinstance(tensor, torch.Tensor) and tensor.device.type != "meta":
+                    found[key] = tensor.detach().to("cpu")
+    placeholders = [key for key in keys if key not in found]
+    if placeholders:
+        logger.warning("%d tensor(s) were left out of the state dict: they are on the meta device with no offloaded "
+                       "copy to bring in, e.g. %s", len(placeholders), placeholders[:3])
+    return {key: found[key] for key in keys if key in found}
+
+
+def get_state_dict_from_offload(module: nn.Module, module_name: str, state_dict: dict,
+                                device_to_put_offload="cpu") -> dict:
+    """Fill ``state_dict``'s entries for ``module`` (``module_name`` is one of its tensors' names, e.g.
+    ``"h.0.attn.weight"``) from its weights, brought to ``device_to_put_offload`` when it is offloaded; entries the
+    dict does not have are not added."""
+    root = module_name.rpartition(".")[0]
+    prefix = f"{root}." if root else ""
+    with align_module_device(module, device_to_put_offload if has_offloaded_params(module) else None):
+        for key, tensor in module.state_dict().items():
+            if prefix + key in state_dict:
+                state_dict[prefix + key] = tensor
+    return state_dict

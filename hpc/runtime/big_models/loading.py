@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from hpc.errors import HpcError
+from hpc.runtime.big_models.device_map import check_devices_available
 from hpc.runtime.big_models.module_tensors import get_tensor, set_module_tensor_to_device
 from hpc.runtime.big_models.offload import load_offloaded_weights, offload_weight, save_offload_index
 from hpc.runtime.big_models.sizes import (
@@ -37,6 +38,7 @@ SAFE_WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_NAME = "pytorch_model.bin"
 SAFE_INDEX_NAME = "model.safetensors.index.json"
 INDEX_NAME = "pytorch_model.bin.index.json"
+WEIGHTS_INDEX_NAME = INDEX_NAME  # Accelerate's name for it
 
 
 def checkpoint_files(checkpoint) -> list[str]:
@@ -174,6 +176,7 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint, device_map: dict | No
         logger.warning("the config ties weights but the model's are not tied: call model.tie_weights() first")
     to_disk = device_map is not None and "disk" in device_map.values()
     if device_map is not None:
+        check_devices_available(device_map)
         check_tied_parameters_on_same_device(tied, device_map)
     if to_disk:
         if offload_folder is None:

@@ -29,6 +29,19 @@ def same_device(first, second) -> bool:
     return (first.index or 0) == (second.index or 0) if first.type != "cpu" else True
 
 
+def check_device_same(first_device, second_device) -> bool:
+    """Whether two devices are one, an accelerator without an index being its device 0 (``cuda`` is ``cuda:0``,
+    which ``torch.device`` equality denies)."""
+    return same_device(first_device, second_device)
+
+
+def recursive_getattr(obj, attr: str):
+    """``getattr`` along a dotted path: ``recursive_getattr(model, "h.0.attn.weight")``."""
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 def owner_of(module: nn.Module, tensor_name: str) -> tuple[nn.Module, str]:
     """The submodule that holds ``tensor_name`` ("h.0.attn.weight") and the tensor's own name in it."""
     *path, leaf = tensor_name.split(".")

@@ -150,12 +150,17 @@ class OffloadedWeightsLoader(Mapping):
         if info.get("safetensors_file") is not None:
             from safetensors import safe_open
 
-            device = "cpu" if self.device is None else str(self.device)
-            with safe_open(info["safetensors_file"], framework="pt", device=device) as f:
-                tensor = f.get_tensor(info.get("weight_name", key))
+            device = "cpu" if self.device is None else self.device
+            device = device if isinstance(device, int) else str(device)
+            try:
+                with safe_open(info["safetensors_file"], framework="pt", device=device) as f:
+                    tensor = f.get_tensor(info.get("weight_name", key))
+            except TypeError:  # a dtype the device cannot open (bfloat16 on mps): read on the host, then move
+                with safe_open(info["safetensors_file"], framework="pt", device="cpu") as f:
+                    tensor = f.get_tensor(info.get("weight_name", key))
             if "dtype" in info:
                 tensor = tensor.to(getattr(torch, info["dtype"]))
-            return tensor
+            return tensor.to(device)
         if self.save_folder is None:
             raise KeyError(key)
         return load_offloaded_weight(_weight_file(self.save_folder, key), info)

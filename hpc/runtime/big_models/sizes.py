@@ -7,6 +7,7 @@ as a real one.
 
 from __future__ import annotations
 
+import enum
 import inspect
 import logging
 import re
@@ -42,10 +43,23 @@ def convert_file_size_to_int(size: int | str) -> int:
     return value // 8 if unit.endswith("b") else value
 
 
+class CustomDtype(enum.Enum):
+    """Sizes torch has no dtype for, which a quantizer's ``special_dtypes``/``dtype`` may name when sizing a model."""
+
+    FP8 = "fp8"
+    INT4 = "int4"
+    INT2 = "int2"
+
+
+_CUSTOM_BYTES = {CustomDtype.FP8: 1, CustomDtype.INT4: 1 / 2, CustomDtype.INT2: 1 / 4}
+
+
 def dtype_byte_size(dtype: torch.dtype) -> float:
-    """Bytes per element (1/8 for bool, as Accelerate counts it)."""
+    """Bytes per element (1/8 for bool, as Accelerate counts it; a CustomDtype's fraction)."""
     if dtype == torch.bool:
         return 1 / 8
+    if isinstance(dtype, CustomDtype):
+        return _CUSTOM_BYTES[dtype]
     if isinstance(dtype, torch.dtype):
         return dtype.itemsize
     bits = re.search(r"[^\d](\d+)_?", str(dtype))
@@ -56,7 +70,7 @@ def dtype_byte_size(dtype: torch.dtype) -> float:
 
 def as_dtype(dtype) -> torch.dtype | None:
     """``"float16"``, ``"torch.float16"`` or a torch.dtype as a torch.dtype."""
-    if dtype is None or isinstance(dtype, torch.dtype):
+    if dtype is None or isinstance(dtype, (torch.dtype, CustomDtype)):
         return dtype
     found = getattr(torch, str(dtype).replace("torch.", ""), None)
     if not isinstance(found, torch.dtype):
@@ -75,7 +89,7 @@ def compute_module_sizes(model: nn.Module, dtype=None, special_dtypes: dict | No
     for name, tensor in tensors:
         if name in special:
             per_element = dtype_byte_size(special[name])
-        elif dtype is None or not (tensor.dtype.is_floating_point or tensor.dtype.is_complex):
+        elif dtype is None or tensor.dtype == torch.bool or str(tensor.dtype).startswith(("torch.uint", "torch.int")):
             per_element = dtype_byte_size(tensor.dtype)
         else:
             per_element = min(dtype_byte_size(dtype), dtype_byte_size(tensor.dtype))
@@ -109,6 +123,12 @@ def get_max_layer_size(modules: list, module_sizes: dict, no_split_module_classe
     return largest, names
 
 
+def get_module_leaves(module_sizes: dict) -> list[str]:
+    """The names in ``module_sizes`` that have nothing under them (tensors, or modules without tensors below)."""
+    parents = {name.rpartition(".")[0] for name in module_sizes if "." in name}
+    return [name for name in module_sizes if name and name not in parents]
+
+
 def calculate_maximum_sizes(model: nn.Module) -> tuple[int, tuple[int, list]]:
     """(the model's bytes, (its largest layer's bytes, their names)), with transformers' ``_no_split_modules``."""
     sizes = compute_module_sizes(model)
@@ -124,11 +144,12 @@ def top_level_entries(module: nn.Module, prefix: str = "") -> list[tuple[str, ob
 
 
 def find_tied_parameters(model: nn.Module, **_ignored) -> list[list[str]]:
-    """Groups of parameter names that are one tensor (a tied embedding and LM head), each group sorted."""
-    by_identity: dict[int, list[str]] = defaultdict(list)
+    """Groups of parameter names that are one tensor (a tied embedding and LM head), each group sorted, the groups
+    in the order their first name comes in ``named_parameters`` (Accelerate's order)."""
+    by_identity: dict[int, list[str]] = {}
     for name, param in model.named_parameters(remove_duplicate=False):
-        by_identity[id(param)].append(name)
-    return sorted(sorted(names) for names in by_identity.values() if len(names) > 1)
+        by_identity.setdefault(id(param), []).append(name)
+    return [sorted(names) for names in by_identity.values() if len(names) > 1]
 
 
 def retie_parameters(model: nn.Module, tied_params: list[list[str]]) -> None:
@@ -173,7 +194,8 @@ def check_tied_parameters_on_same_device(tied_params: list[list[str]], device_ma
                            "(device_map='auto' keeps them together)", devices)
 
 
-def _accelerator_count() -> int:
+def accelerator_count() -> int:
+    """How many GPUs (CUDA, else XPU) an integer in a device map or max_memory can name here."""
     if hasattr(torch, "xpu") and torch.xpu.is_available():
         return torch.xpu.device_count()
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -196,7 +218,7 @@ def get_max_memory(max_memory: dict | None = None) -> dict:
     None, what each GPU and the host have free now."""
     if max_memory is None:
         found: dict = {}
-        for index in range(_accelerator_count()):
+        for index in range(accelerator_count()):
             try:
                 found[index] = _free_accelerator_memory(index)
             except RuntimeError:  # a device another job holds exclusively: the next one may still serve
@@ -210,7 +232,7 @@ def get_max_memory(max_memory: dict | None = None) -> dict:
         raise HpcError(f"max_memory names devices {unknown!r}, which are not GPU indices (0, 1, ...), 'mps', 'cpu' "
                        "or 'disk'", fix="write e.g. max_memory={0: '10GiB', 'cpu': '30GiB'}")
     gpus = sorted(key for key in max_memory if isinstance(key, int))
-    count = _accelerator_count()
+    count = accelerator_count()
     for index in gpus:
         if not 0 <= index < count:
             logger.warning("max_memory names GPU %d, but this machine has %d", index, count)
