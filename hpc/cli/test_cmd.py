@@ -40,8 +40,9 @@ def test(profile, nodes, nproc, launcher, timeout, as_json):
     from hpc.cluster.submission import submit
 
     # DDP whatever the profile's strategy: the training check compares whole weights, which sharding splits up
+    # the nodes are vetted first, as a job's would be (SLURM profiles): the same checks, on demand
     flags = {"after": (), "module": "hpc.runtime.sanity", "job_name": "hpc-test", "strategy": "ddp", "nodes": nodes,
-             "nproc_per_node": nproc, "launcher": launcher}
+             "nproc_per_node": nproc, "launcher": launcher, "vet": True}
     effective = resolve(profile, None, (), None, (), flags)
     job = effective.job
     world = job.nodes * job.nproc_per_node
@@ -55,7 +56,7 @@ def test(profile, nodes, nproc, launcher, timeout, as_json):
     ended = _wait(record, backend, timeout)
     seconds = time.monotonic() - started
     results = [json.loads(text) for text in backend.files(record).read_all(layout.SANITY, ".json").values()]
-    checks = judge(results, world, ended)
+    checks = vetting_checks(backend.files(record)) + judge(results, world, ended)
     failed = next((c for c in checks if not c["ok"]), None)
     logs = f"{record.job_dir}/logs"
     if as_json:
@@ -82,14 +83,22 @@ def _wait(record, backend, timeout: float) -> tuple[bool, str]:
 
     seen: dict[str, str] = {}
 
+    class Requeued(Exception):
+        pass
+
     def on_poll(tasks):  # a line each time the job's state changes (PENDING, RUNNING, ...)
         state = status.summarize(tasks)[0] if tasks else None
         if state and state != seen.get("state"):
+            if seen.get("state") == "RUNNING" and state in ("PENDING", "REQUEUED"):
+                raise Requeued  # vetting left nodes out (or the job was preempted): the test has its answer
             seen["state"] = state
             click.echo(f"hpc test: {record.job_id} {state}", err=True)
 
     try:
         tasks = status.wait(record, timeout=timeout, on_poll=on_poll)
+    except Requeued:
+        backend.cancel(record)
+        return False, "requeued after its first attempt (see the node checks); cancelled"
     except TimeoutError:
         backend.cancel(record)
         return False, f"still {seen.get('state', 'not started')} after {timeout:g} s; cancelled"
@@ -99,6 +108,33 @@ def _wait(record, backend, timeout: float) -> tuple[bool, str]:
         raise click.exceptions.Abort() from None
     overall, code, _ = status.summarize(tasks)
     return overall == "COMPLETED", overall if overall == "COMPLETED" else f"{overall} (exit {code})"
+
+
+def vetting_checks(files) -> list[dict]:
+    """One check per node from the first attempt's vetting reports (none where the job was not vetted)."""
+    from hpc.contract import vetting_verdict
+
+    folder = f"{layout.VETTING}/0/0"
+    reports = {}
+    for name in files.list(folder):
+        data = files.read(f"{folder}/{name}") if name.endswith(".json") else None
+        try:
+            report = json.loads(data) if data else None
+        except ValueError:
+            report = None
+        reports[name[:-len(".json")]] = report if isinstance(report, dict) else None
+    if not reports:
+        return []
+    try:  # the profile's thresholds, as the job's runtime config has them
+        thresholds = json.loads(files.read(layout.RUNTIME_CONFIG) or b"{}").get("vetting") or {}
+    except ValueError:
+        thresholds = {}
+    out = []
+    for v in vetting_verdict.judge(reports, thresholds.get("relative_speed", 0.5), thresholds.get("min_bandwidth")):
+        measured = f"{v.compute or 0:.3g} GFLOP/s, best link {v.bandwidth or 0:.3g} GB/s"
+        out.append({"name": f"node {v.host}", "ok": v.fit,
+                    "detail": measured if v.fit else f"{vetting_verdict.reason(v)} ({measured})"})
+    return out
 
 
 def judge(results: list[dict], world: int, ended: tuple[bool, str]) -> list[dict]:

@@ -47,7 +47,7 @@ CASES = {
                                                                "--note=it's {checkpoint}!"]}),
     # vetting before the ranks start, on the 2 best of 3 nodes
     "slurm-local-srun-vetted-spare": ("slurm-local", {"script": "train.py", "nodes": 2, "spare_nodes": 1,
-                                                     "vet": True}),
+                                                     "vet": True, "notify": "https://hooks.example.com/T0/xyz"}),
     "slurm-local-deepspeed-vetted": ("slurm-local", {"script": "train.py", "launcher": "deepspeed", "nodes": 2,
                                                     "vet": True}),
     "local-resume-args": ("local", {"script": "train.py", "nproc_per_node": 2,

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from hpc.runtime.vetting import network, node_checks, probe, select
+from hpc.contract import vetting_verdict as select
+from hpc.runtime.vetting import network, node_checks, probe
 from tests.conftest import hpc_cmd
 
 

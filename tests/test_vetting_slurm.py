@@ -1,0 +1,113 @@
+"""Bad nodes and stalled jobs on the on-machine SLURM: vetting starts a job on its good nodes (a spare taking the
+bad one's place, or a requeue without it), a job that stops advancing stops requeueing, and the webhook hears of
+each. `scripts/slurm-local bad-node NODE` makes a node's health check fail while SLURM still takes it as healthy."""
+
+import json
+import shutil
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SLURM_LOCAL
+from tests.jobhelpers import hpc, status, submit
+
+pytestmark = pytest.mark.slurm
+HERE = Path(__file__).parent
+HELLO = HERE.parent / "scripts" / "examples" / "hello_ranks.py"
+TOKEN = "T0-secret-token-xyz"
+
+
+class Webhook:
+    """A local HTTP endpoint that keeps what it is sent."""
+
+    def __init__(self):
+        self.messages: list[dict] = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                hook.messages.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/{TOKEN}"
+
+    def events(self) -> list[str]:
+        return [m["event"] for m in self.messages]
+
+
+@pytest.fixture
+def webhook():
+    hook = Webhook()
+    yield hook
+    hook.server.shutdown()
+
+
+@pytest.fixture
+def project(slurm, tmp_path):
+    shutil.copy(HELLO, tmp_path)
+    shutil.copy(HERE / "stall_worker.py", tmp_path)
+    (tmp_path / "vetted.yaml").write_text("name: vetted\nextends: slurm-local\nvetting:\n  enabled: true\n"
+                                          "preemption:\n  max_requeues: 3\n  max_attempts_without_progress: 1\n")
+    try:
+        yield tmp_path
+    finally:
+        subprocess.run([str(SLURM_LOCAL), "good-node", "node2"], capture_output=True, timeout=60)
+
+
+def _bad(node: str) -> None:
+    subprocess.run([str(SLURM_LOCAL), "bad-node", node], check=True, capture_output=True, timeout=60)
+
+
+def _ranks_hosts(logs: str) -> set[str]:
+    return {w.split("=", 1)[1] for line in logs.splitlines() for w in line.split() if w.startswith("host=")}
+
+
+def test_a_spare_takes_a_bad_nodes_place_and_without_one_the_job_requeues_without_it(project, webhook):
+    _bad("node2")
+    # one spare: the job asks for 3 nodes and starts at once on the 2 good ones
+    spared = submit(project, "-p", "./vetted.yaml", "-N", "2", "--spare-nodes", "1", "--notify", webhook.url,
+                    "hello_ranks.py")
+    done = hpc(project, "wait", spared["job_id"], timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    logs = hpc(project, "logs", "--all", spared["job_id"], check=True).stdout
+    assert _ranks_hosts(logs) == {"node1", "node3"}, logs
+    assert "node node2 excluded: health_check" in logs and "requeued" not in logs, logs
+    info = status(project, spared["job_id"])
+    assert [n["node"] for n in info["excluded_nodes"]] == ["node2"], info
+    assert "excluded node(s): node2 (vetting: health_check" in hpc(project, "status", spared["job_id"],
+                                                                     check=True).stdout
+    assert webhook.events() == ["node_excluded", "started", "completed"], webhook.messages
+    assert "node2" in webhook.messages[0]["text"] and all(TOKEN not in json.dumps(m) for m in webhook.messages)
+
+    # no spare: with node3 busy for a few seconds, SLURM gives the job node1 and node2; vetting finds too few fit
+    # nodes, and the job runs again without node2 (the requeue excludes it)
+    subprocess.run(["sbatch", "-w", "node3", "-J", "blocker", f"--output={project}/blocker-%j.out", "--wrap",
+                    "sleep 6"], check=True, capture_output=True)
+    plain = submit(project, "-p", "./vetted.yaml", "-N", "2", "hello_ranks.py")
+    done = hpc(project, "wait", plain["job_id"], timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    logs = hpc(project, "logs", "--all", plain["job_id"], check=True).stdout
+    assert "vetting: fewer than 2 nodes fit to run" in logs and "next attempt excludes node2" in logs, logs
+    assert _ranks_hosts(logs) == {"node1", "node3"}, logs
+
+
+def test_a_job_whose_checkpoint_stops_advancing_stops_requeueing(project, webhook):
+    """max_attempts_without_progress 1: the first attempt saves step 1 and asks to run again; the second saves
+    nothing new and asks again: the job ends FAILED, saying so, instead of requeueing up to max_requeues."""
+    job = submit(project, "-p", "./vetted.yaml", "-N", "1", "--ntasks-per-node", "1", "--set", "vet=false",
+                 "--notify", webhook.url, "stall_worker.py")
+    done = hpc(project, "wait", job["job_id"], timeout=240)
+    assert done.returncode != 0
+    text = hpc(project, "status", job["job_id"]).stdout
+    assert "FAILED" in text and "no progress in the last attempt (1)" in text and "step 1" in text, text
+    assert webhook.events() == ["started", "requeued", "failed"], webhook.messages
+    assert "no progress" in webhook.messages[-1]["text"]
