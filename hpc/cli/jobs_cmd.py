@@ -23,6 +23,7 @@ def _describe(record, tasks, per_task: bool = True) -> dict:
             "reasons": reasons(tasks),
             "counts": counts, "job_dir": record.job_dir, "submitted_at": record.submitted_at,
             "lost_nodes": base.lost_nodes(files), "hang": base.hang_summary(files),
+            "stragglers": base.stragglers(files),
             "items": base.items_progress(files),
             "cluster": record.local.get("host") if record.remote else None,
             **({"tasks": {t: {"state": s.state, "exit_code": s.exit_code, "reason": s.reason}
@@ -41,6 +42,22 @@ def reason_lines(why: dict[str, str], array: bool, shown: int = 5) -> list[str]:
     lines = [f"  task {t}: {r}" for t, r in list(why.items())[:shown]]
     if len(why) > shown:
         lines.append(f"  ... and {len(why) - shown} more tasks (hpc status --json lists each)")
+    return lines
+
+
+def straggler_lines(stragglers: list[dict], array: bool, shown: int = 5) -> list[str]:
+    """The stragglers the job named, as `hpc status` prints them (the first few)."""
+    lines = []
+    for s in stragglers[:shown]:
+        task = f" (task {s['task']})" if array else ""
+        try:
+            ratio = f"{float(s['ratio']):.1f}x"
+        except (TypeError, ValueError):
+            ratio = f"{s['ratio']}x"
+        lines.append(f"  straggler: rank {s['rank']} on {s['host']} ({ratio} the median step time at step "
+                     f"{s['step']}){task}")
+    if len(stragglers) > shown:
+        lines.append(f"  ... and {len(stragglers) - shown} more stragglers (hpc status --json lists each)")
     return lines
 
 
@@ -69,6 +86,8 @@ def status(job, as_json):
         click.echo(line)
     if info["lost_nodes"]:
         click.echo(f"  lost node(s): {', '.join(info['lost_nodes'])} (later attempts exclude them)")
+    for line in straggler_lines(info["stragglers"], record.array is not None):
+        click.echo(line)
     if info["hang"]:
         click.echo(f"  {info['hang']}")
     if info["items"]:

@@ -35,6 +35,8 @@ from hpc.runtime.strategies import plugin_strategy
 DEFAULT_HANG_TIMEOUT_S = 300.0
 # a rank that never comes to a sharded save is named after the job's hang timeout, else after this
 DEFAULT_ARRIVAL_TIMEOUT_S = 600.0
+# a rank whose own part of a step takes this many times the median rank's, window after window, is a straggler
+DEFAULT_STRAGGLER_THRESHOLD = 1.5
 HANDLERS = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs, ProfileKwargs)
 
 
@@ -66,6 +68,9 @@ class Resilience:
     # checkpoints noted for the next attempt's --resume_from_checkpoint
     script_resumes: bool
     resume_save_as: str | None
+    # stragglers (resilience/stragglers.py), checked in a job: named ("warn") or requeued without ("requeue")
+    straggler_threshold: float = DEFAULT_STRAGGLER_THRESHOLD
+    straggler_action: str = "warn"
 
 
 @dataclass(frozen=True)
@@ -175,7 +180,9 @@ def _resilience(config: RuntimeConfig | None, auto_resume: bool | None) -> Resil
         hang_requeue=bool(job.hang_requeue), requeue_signal=job.preemption.signal,
         max_requeues=int(job.preemption.max_requeues),
         lead_time_s=job.preemption.lead_time if job.warns_before_limit else None,
-        script_resumes=bool(job.resume_args), resume_save_as=job.resume_save_as)
+        script_resumes=bool(job.resume_args), resume_save_as=job.resume_save_as,
+        straggler_threshold=float(_first(job.straggler_threshold, default=DEFAULT_STRAGGLER_THRESHOLD)),
+        straggler_action=job.straggler_action or "warn")
 
 
 def _checkpointing(config: RuntimeConfig | None, project: ProjectConfiguration, directory: Path, keep, async_save,

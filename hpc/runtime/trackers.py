@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 
 from hpc.errors import HpcError
 from hpc.runtime import tracking
+
+_running: weakref.WeakSet = weakref.WeakSet()  # the runs of this process that started trackers
+
+
+def log_to_running(values: dict, step: int | None) -> None:
+    """What hpc measures itself (a straggler's ratio) to every tracker this process's runs started: the run guard
+    reports without holding the Accelerator."""
+    for run in list(_running):
+        run.log(values, step, None)
 
 
 class NoTracker:
@@ -35,6 +45,7 @@ class Trackers:
         chosen = tracking.resolve(log_with)  # checked on every rank: a typo fails everywhere alike
         if not main_process:
             return
+        _running.add(self)
         init_kwargs = dict(init_kwargs or {})
         unknown = sorted(set(init_kwargs) - {getattr(c, "name", None) for c in chosen})
         if unknown:

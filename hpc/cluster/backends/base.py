@@ -208,6 +208,21 @@ def lost_nodes(files) -> list[str]:
     return sorted(n for n in names if n)
 
 
+def stragglers(files) -> list[dict]:
+    """The stragglers the job named (tasks/<task>.stragglers, a JSON line each: rank, host, ratio, step, ...),
+    each with its task, in the order named; a damaged line is skipped."""
+    found = []
+    for task, text in sorted(task_files(files, layout.TaskFile.STRAGGLERS).items()):
+        for line in text.splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and {"rank", "host", "ratio", "step"} <= entry.keys():
+                found.append({**entry, "task": task})
+    return found
+
+
 def items_progress(files) -> dict | None:
     """A batch-inference job's items done of total, over its tasks (None: the job writes none)."""
     texts = {name: None for name in files.list(layout.TASKS) if ".items" in name}

@@ -4,7 +4,9 @@ The training loop and the collectives come through here (before_collective, befo
 before_batch): an auto-resume happens at the first call every rank makes once there is something to restore;
 each collective and optimizer step casts this rank's stop vote (stop_vote.py) and feeds the hang watchdog; a
 stop asked for by a signal checkpoints, requeues and exits every rank the same way. save_state and load_state
-are run from here too, with the watchdog paused and the save's time measured (pace.py).
+are run from here too, with the watchdog paused and the save's time measured (pace.py). The same hooks time each
+rank's own part of a step for the straggler check (stragglers.py), whose "requeue" stops the run as the warning
+signal does.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from hpc.runtime.process_env import ProcessState
 from hpc.runtime.resilience import preemption
 from hpc.runtime.resilience.pace import Pace
 from hpc.runtime.resilience.stop_vote import StopVote
+from hpc.runtime.resilience.stragglers import Stragglers
 from hpc.runtime.resilience.watchdog import HangWatchdog
 from hpc.runtime.settings import Resilience
 from hpc.runtime.training_state import TrainingState
@@ -55,23 +58,32 @@ class RunGuard:
         self.watchdog = self._make_watchdog(options.hang_timeout_s)
         self.watchdog.start()
         self.pace = Pace(options.lead_time_s, os.environ.get("HPC_JOB_DIR"), process.is_main_process)
+        self.stragglers = Stragglers(process, options.straggler_threshold, options.straggler_action,
+                                     options.max_requeues, enabled=options.in_job)
         if options.in_job:  # inside an hpc job the warning signal starts ignored; from now on it is noted
             self.watch.install(term=False)
 
     # An Accelerator may be pickled (sent to a worker, kept with a trainer object). What belongs to this process
-    # alone (its hang watchdog thread, signal handlers, stop votes, the job's pacing) is left behind: the copy
-    # gets an idle watchdog, signal watch and pace.
+    # alone (its hang watchdog thread, signal handlers, stop votes, the job's pacing and straggler check) is left
+    # behind: the copy gets an idle watchdog, signal watch, pace and straggler check.
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "watchdog": None, "watch": None, "pace": None, "stop_vote": StopVote(False, None)}
+        return {**self.__dict__, "watchdog": None, "watch": None, "pace": None, "stop_vote": StopVote(False, None),
+                "stragglers": None}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self.watchdog = HangWatchdog(0.0, self.process.rank, self.process.world_size, socket.gethostname(), None)
         self.watch = preemption.PreemptionWatch(requeue_signals(self.options.requeue_signal), None)
         self.pace = Pace(None, None, self.process.is_main_process)
+        self.stragglers = Stragglers.off(self.process)
 
     # --- the hooks the loop and the collectives enter -------------------------------------------------
     def before_work(self) -> None:
+        """backward(), accumulate(), a loader's pass, ...: the last before a collective ends a step's own part."""
+        self.stragglers.work()
+        self._resume_if_due()
+
+    def _resume_if_due(self) -> None:
         # not before prepare() has the model or optimizer: main_process_first() around dataset loading waits for
         # everyone before it, and a resume then would restore the counters and nothing else
         if self.resume_pending and (self.training.models or self.training.optimizers):
@@ -80,7 +92,8 @@ class RunGuard:
     def before_collective(self, label: str) -> None:
         """Every rank is here, in the same order: resume if asked, vote on stopping, and count the progress
         (``label`` is what a hang report shows if the other ranks never come)."""
-        self.before_work()
+        self.stragglers.collective()
+        self._resume_if_due()
         self.stop_vote.cast(self.watch.local_code())
         self.beat(label)
 
@@ -94,10 +107,15 @@ class RunGuard:
         """One optimizer step (an accumulation window) has ended (TrainingState counted it)."""
         self.stop_vote.cast(self.watch.local_code())
         self.pace.step_done()
+        why = self.stragglers.step_done(self.training.completed_steps)  # every rank alike: no vote needed
+        if why and not self.stop_code:  # the loop's next should_stop stops it as the warning signal does
+            self.stop_code, self.stop_reason = preemption.REQUEUE, why
         self.watchdog.beat(f"optimizer step {self.training.completed_steps}")
 
     def paused(self, what: str):
-        """A wait whose length is not the loop's (a download, a checkpoint): no hang is declared during it."""
+        """A wait whose length is not the loop's (a download, a checkpoint): no hang is declared during it, and
+        the step it is in is no straggler's evidence."""
+        self.stragglers.pause()
         return self.watchdog.paused(what)
 
     @property
