@@ -55,12 +55,17 @@ def webhook():
 def project(slurm, tmp_path):
     shutil.copy(HELLO, tmp_path)
     shutil.copy(HERE / "stall_worker.py", tmp_path)
+    shutil.copy(HERE / "straggler_worker.py", tmp_path)
+    # windows of 4 steps, however short: a 16-step job is judged 4 times
+    (tmp_path / "windows.yaml").write_text("name: windows\nextends: slurm-local\n"
+                                           "env:\n  HPC_STRAGGLER_WINDOW_STEPS: '4'\n  HPC_STRAGGLER_WINDOW_S: '0'\n")
     (tmp_path / "vetted.yaml").write_text("name: vetted\nextends: slurm-local\nvetting:\n  enabled: true\n"
                                           "preemption:\n  max_requeues: 3\n  max_attempts_without_progress: 1\n")
     try:
         yield tmp_path
     finally:
         subprocess.run([str(SLURM_LOCAL), "good-node", "node2"], capture_output=True, timeout=60)
+        subprocess.run([str(SLURM_LOCAL), "fast-node", "node2"], capture_output=True, timeout=60)
 
 
 def _bad(node: str) -> None:
@@ -111,3 +116,17 @@ def test_a_job_whose_checkpoint_stops_advancing_stops_requeueing(project, webhoo
     assert "FAILED" in text and "no progress in the last attempt (1)" in text and "step 1" in text, text
     assert webhook.events() == ["started", "requeued", "failed"], webhook.messages
     assert "no progress" in webhook.messages[-1]["text"]
+
+
+def test_a_job_on_a_slow_node_names_it(project, webhook):
+    """node2 gets 40% of a CPU (a cgroup quota): its rank's own part of each step takes several times rank 0's,
+    and the straggler check names rank 1 on node2 in the log, hpc status and a notice; the job still completes."""
+    subprocess.run([str(SLURM_LOCAL), "slow-node", "node2", "40"], check=True, capture_output=True, timeout=60)
+    job = submit(project, "-p", "./windows.yaml", "-N", "2", "--nproc", "1", "-w", "node1,node2", "--notify",
+                 webhook.url, "straggler_worker.py", "--", "12")
+    done = hpc(project, "wait", job["job_id"], timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    logs = hpc(project, "logs", "--all", job["job_id"], check=True).stdout
+    assert "hpc: straggler: rank 1 on node2 takes" in logs and "finished" in logs, logs
+    assert "straggler: rank 1 on node2" in hpc(project, "status", job["job_id"], check=True).stdout
+    assert "straggler" in webhook.events() and webhook.events()[-1] == "completed", webhook.messages

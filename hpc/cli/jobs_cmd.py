@@ -23,7 +23,7 @@ def _describe(record, tasks, per_task: bool = True) -> dict:
             "reasons": reasons(tasks),
             "counts": counts, "job_dir": record.job_dir, "submitted_at": record.submitted_at,
             "lost_nodes": base.lost_nodes(files), "hang": base.hang_summary(files),
-            "stragglers": base.stragglers(files),
+            "stragglers": base.stragglers(files), "excluded_nodes": base.excluded_nodes(files),
             "items": base.items_progress(files),
             "cluster": record.local.get("host") if record.remote else None,
             **({"tasks": {t: {"state": s.state, "exit_code": s.exit_code, "reason": s.reason}
@@ -86,6 +86,8 @@ def status(job, as_json):
         click.echo(line)
     if info["lost_nodes"]:
         click.echo(f"  lost node(s): {', '.join(info['lost_nodes'])} (later attempts exclude them)")
+    if info["excluded_nodes"]:
+        click.echo("  excluded node(s): " + "; ".join(f"{n['node']} ({n['why']})" for n in info["excluded_nodes"]))
     for line in straggler_lines(info["stragglers"], record.array is not None):
         click.echo(line)
     if info["hang"]:

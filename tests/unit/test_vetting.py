@@ -168,3 +168,16 @@ def test_spare_nodes_and_notify_are_refused_in_one_line_where_they_cannot_work(i
                           timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_status_names_each_excluded_node_once_with_its_first_reason(tmp_path):
+    from hpc.cluster.backends.base import LocalFiles, excluded_nodes
+
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "0.excluded").write_text("node2 vetting: health_check: exit 1\nnode2 vetting: again\n"
+                                                   "node7 straggler (2.1x the median)\n")
+    (tmp_path / "tasks" / "1.excluded").write_text("node9 vetting: GPU 0: 2 uncorrected ECC errors\n")
+    assert excluded_nodes(LocalFiles(tmp_path)) == [
+        {"node": "node2", "why": "vetting: health_check: exit 1", "task": "0"},
+        {"node": "node7", "why": "straggler (2.1x the median)", "task": "0"},
+        {"node": "node9", "why": "vetting: GPU 0: 2 uncorrected ECC errors", "task": "1"}]

@@ -208,6 +208,18 @@ def lost_nodes(files) -> list[str]:
     return sorted(n for n in names if n)
 
 
+def excluded_nodes(files) -> list[dict]:
+    """Nodes the job left out besides lost ones (tasks/<task>.excluded, "<node> <why>" a line each: vetting found
+    them bad, a straggler requeue): the first reason per node, in the order noted."""
+    found: dict[str, dict] = {}
+    for task, text in sorted(task_files(files, layout.TaskFile.EXCLUDED).items()):
+        for line in text.splitlines():
+            node, _, why = line.partition(" ")
+            if node and node not in found:
+                found[node] = {"node": node, "why": why.strip(), "task": task}
+    return list(found.values())
+
+
 def stragglers(files) -> list[dict]:
     """The stragglers the job named (tasks/<task>.stragglers, a JSON line each: rank, host, ratio, step, ...),
     each with its task, in the order named; a damaged line is skipped."""
