@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from hpc.errors import HpcError
 from hpc.runtime import collectives, excepthook, model_files, nest, settings
+from hpc.runtime.big_models.hooks import get_state_dict_offloaded_model, has_offloaded_params
 from hpc.runtime.checkpoint.training_checkpoints import ResumeInfo, TrainingCheckpoints
 from hpc.runtime.compile import TorchDynamoPlugin
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
@@ -441,6 +442,8 @@ class Accelerator:
     def get_state_dict(self, model: torch.nn.Module) -> dict:
         """The whole model's weights on the main process ({} on the others); every rank must call it."""
         self._guard.before_work()  # a run with nothing left to train still hands out the resumed weights
+        if any(has_offloaded_params(m) for m in model.modules()):  # dispatched with offload: weights on host/disk
+            return get_state_dict_offloaded_model(model)
         return self.strategy.full_state_dict(model)
 
     def save_model(self, model: torch.nn.Module, save_directory: str | os.PathLike, max_shard_size: int | str = "10GB",

@@ -751,3 +751,20 @@ def test_transformers_own_device_map_path_needs_the_accelerate_package(gpt2):
     transformers, _, folder, _, _ = gpt2
     with pytest.raises(ValueError, match="accelerate"):
         transformers.AutoModelForCausalLM.from_pretrained(folder, device_map="auto")
+
+
+def test_save_model_of_an_offloaded_model_writes_the_real_weights_not_meta(tmp_path):
+    """cpu_offload leaves meta tensors in the modules; save_model (and get_state_dict) take the weights from the
+    offload, as Accelerate's save_model does."""
+    from safetensors.torch import load_file
+
+    from hpc import Accelerator, cpu_offload
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    want = {k: v.clone() for k, v in model.state_dict().items()}
+    cpu_offload(model, execution_device="cpu")
+    assert model.state_dict()["0.weight"].device.type == "meta"
+    Accelerator(cpu=True).save_model(model, tmp_path)
+    got = load_file(tmp_path / "model.safetensors")
+    assert sorted(got) == sorted(want) and all(torch.equal(got[k], want[k]) for k in want)

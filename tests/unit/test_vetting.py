@@ -181,3 +181,22 @@ def test_status_names_each_excluded_node_once_with_its_first_reason(tmp_path):
         {"node": "node2", "why": "vetting: health_check: exit 1", "task": "0"},
         {"node": "node7", "why": "straggler (2.1x the median)", "task": "0"},
         {"node": "node9", "why": "vetting: GPU 0: 2 uncorrected ECC errors", "task": "1"}]
+
+
+def test_hpc_test_lists_each_vetted_node_with_the_jobs_thresholds(tmp_path):
+    from hpc.cli.test_cmd import vetting_checks
+    from hpc.cluster.backends.base import LocalFiles
+
+    folder = tmp_path / "vetting" / "0" / "0"
+    folder.mkdir(parents=True)
+    (tmp_path / "runtime.json").write_text(json.dumps({"vetting": {"relative_speed": 0.95}}))
+    for host, data in {"node1": report("node1", compute=100), "node2": report("node2", compute=85),
+                       "node3": report("node3", failed=["free memory"])}.items():
+        (folder / f"{host}.json").write_text(json.dumps(data))
+    (folder / "node4.json").write_text("{cut")
+    checks = vetting_checks(LocalFiles(tmp_path))
+    assert [(c["name"], c["ok"]) for c in checks] == [("node node1", True), ("node node2", False),
+                                                      ("node node3", False), ("node node4", False)]
+    assert checks[1]["detail"].startswith("compute 85 GFLOP/s, 92% of the median")  # below 0.95 of the median
+    assert checks[2]["detail"].startswith("free memory: broken")
+    assert vetting_checks(LocalFiles(tmp_path / "unvetted")) == []
