@@ -53,3 +53,5 @@ _LAZY.update({name: ("hpc.big_modeling", name) for name in (
 
 # hpc's batch-inference jobs (`from hpc import BatchInference`)
 _LAZY.update({"BatchInference": ("hpc.inference", "BatchInference"), "read_outputs": ("hpc.inference", "read_outputs")})
+# Accelerate's pipeline inference (`from accelerate import prepare_pippy`)
+_LAZY.update({"prepare_pippy": ("hpc.inference", "prepare_pippy")})

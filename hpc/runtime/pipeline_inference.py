@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -77,7 +78,8 @@ def _examples(model: nn.Module, example_args, example_kwargs) -> tuple[tuple, di
     if not isinstance(example_args, (tuple, list)):
         raise HpcError(f"prepare_pippy(example_args=...) takes a tuple of the model's inputs, not a "
                        f"{type(example_args).__name__}", fix="pass example_args=(input_ids,)")
-    if example_kwargs is not None and not isinstance(example_kwargs, dict):
+    # a Mapping: Accelerate's examples pass a tokenizer's BatchEncoding (a UserDict) as it is
+    if example_kwargs is not None and not isinstance(example_kwargs, Mapping):
         raise HpcError(f"prepare_pippy(example_kwargs=...) takes a dict, not a {type(example_kwargs).__name__}",
                        fix="pass example_kwargs={'input_ids': input_ids}")
     device = next(itertools.chain(model.parameters(), model.buffers()), torch.empty(0)).device
@@ -157,13 +159,15 @@ def _auto_split_points(model: nn.Module, stages: int, no_split: list[str]) -> li
 
 def _units(model: nn.Module, sizes: dict, share: float, no_split: list[str]) -> list[tuple[str, int]]:
     """The modules a stage may begin with, in registration order: a module bigger than one stage's share is
-    opened into its children (as a device map does), unless its class must stay whole."""
+    opened into its children (as a device map does), unless its class must stay whole; a ModuleList or ModuleDict
+    always is (forward never calls one, so a stage cannot begin with it)."""
     pending = list(model.named_children())
     units = []
     while pending:
         name, module = pending.pop(0)
         children = [(f"{name}.{child}", sub) for child, sub in module.named_children()]
-        if sizes[name] > share and children and type(module).__name__ not in no_split:
+        container = isinstance(module, (nn.ModuleList, nn.ModuleDict))
+        if children and (container or (sizes[name] > share and type(module).__name__ not in no_split)):
             pending = children + pending
         else:
             units.append((name, sizes[name]))
@@ -193,6 +197,7 @@ def _build_schedule(model: nn.Module, split_points: list[str], example_args: tup
 
     pipe = _trace(model, split_points, example_args, example_kwargs)
     _check_stages(pipe, split_points, state.num_processes)
+    _contiguous_hand_offs(pipe)
     stage = pipe.build_stage(state.process_index, device=state.device)
     return ScheduleGPipe(stage, num_chunks)
 
@@ -202,6 +207,12 @@ def _trace(model: nn.Module, split_points: list[str], example_args: tuple, examp
 
     # pipeline() marks each split point by replacing its module's forward and leaves it so: put the user's back
     saved = {name: model.get_submodule(name).__dict__.get("forward") for name in split_points}
+    # a transformers model whose config says use_cache (Llama's and GPT-2's published ones do) returns its KV cache,
+    # which torch.export cannot trace and a pipelined forward never uses (it does not generate): traced without it
+    config = getattr(model, "config", None)
+    cache_off = getattr(config, "use_cache", None) is True and "use_cache" not in example_kwargs
+    if cache_off:
+        config.use_cache = False
     try:
         return pipeline(model, mb_args=example_args, mb_kwargs=example_kwargs or None,
                         split_spec={name: SplitPoint.BEGINNING for name in split_points})
@@ -210,6 +221,8 @@ def _trace(model: nn.Module, split_points: list[str], example_args: tuple, examp
         raise HpcError(f"prepare_pippy could not trace the model: {shorten(str(cause).splitlines()[0], 300)}",
                        fix=_TRACE_FIX) from error
     finally:
+        if cache_off:
+            config.use_cache = True
         for name, forward in saved.items():
             _restore_forward(model.get_submodule(name), forward)
 
@@ -238,6 +251,35 @@ def _check_stages(pipe, split_points: list[str], ranks: int) -> None:
                            f"input {read[0]!r} itself, and torch.distributed.pipelining gives the inputs to the first "
                            "stage only", fix="choose split points after which no layer reads a model input (a "
                            "sequence classifier's head reads input_ids to find the last token)")
+
+
+def _contiguous_hand_offs(pipe) -> None:
+    """Each stage sends its outputs contiguous and receives into contiguous buffers. torch sends a stage's outputs
+    as they are and makes the receiving buffers with their traced strides, but gloo and NCCL take contiguous
+    tensors only: a transformers encoder's attention mask, expanded (stride 0), crosses every split."""
+    stages = [pipe.split_gm.get_submodule(node.target) for node in pipe.split_gm.graph.nodes
+              if node.op == "call_module"]
+    for index, stage in enumerate(stages):
+        graph = stage.graph
+        for node in graph.nodes if index else ():  # a later stage's inputs are all received (_check_stages)
+            value = node.meta.get("val")
+            if node.op == "placeholder" and isinstance(value, torch.Tensor) and not value.is_contiguous():
+                node.meta["val"] = value.contiguous()
+        if index == len(stages) - 1:  # the last stage's outputs stay on its rank
+            continue
+        output = next(node for node in reversed(graph.nodes) if node.op == "output")
+
+        def contiguous(node):
+            value = node.meta.get("val")
+            if not isinstance(value, torch.Tensor) or value.is_contiguous():
+                return node
+            with graph.inserting_before(output):
+                made = graph.call_method("contiguous", (node,))
+            made.meta["val"] = value.contiguous()
+            return made
+
+        output.args = pytree.tree_map_only(torch.fx.Node, contiguous, output.args)
+        stage.recompile()
 
 
 # --- the forward that runs the pipeline -------------------------------------------------------------------------

@@ -8,11 +8,15 @@ from hpc.runtime.test_support.testing import (
            are_the_same_tensors,
            assert_exception,
            capture_call_output,
+           device_count,
+           memory_allocated_func,
            require_cpu,
            skip,
            slow,
+           torch_device,
 )
 from hpc.runtime.test_support.training import RegressionDataset, RegressionModel
 
 __all__ = ["RegressionDataset", "RegressionModel", "are_the_same_tensors", "assert_exception",
-           "capture_call_output", "require_cpu", "skip", "slow"]
+           "capture_call_output", "device_count", "memory_allocated_func", "require_cpu", "skip", "slow",
+           "torch_device"]

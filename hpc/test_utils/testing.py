@@ -4,9 +4,13 @@ from hpc.runtime.test_support.testing import (
     are_the_same_tensors,
     assert_exception,
     capture_call_output,
+    device_count,
+    memory_allocated_func,
     require_cpu,
     skip,
     slow,
+    torch_device,
 )
 
-__all__ = ['are_the_same_tensors', 'assert_exception', 'capture_call_output', 'require_cpu', 'skip', 'slow']
+__all__ = ['are_the_same_tensors', 'assert_exception', 'capture_call_output', 'device_count', 'memory_allocated_func',
+           'require_cpu', 'skip', 'slow', 'torch_device']

@@ -51,3 +51,19 @@ def slow(test_case):
 
 def require_cpu(test_case):
     return unittest.skipUnless(not torch.cuda.is_available(), "test requires only a CPU")(test_case)
+
+
+def _backend() -> tuple[str, int, Callable[[], int]]:
+    """The device kind tests run on, how many there are, and its allocated-bytes function, as Accelerate's
+    ``get_backend`` picks them (the kinds hpc runs on: CUDA, XPU, MPS, else the CPU)."""
+    if torch.cuda.is_available():
+        return "cuda", torch.cuda.device_count(), torch.cuda.memory_allocated
+    if hasattr(torch, "xpu") and torch.xpu.is_available():
+        return "xpu", torch.xpu.device_count(), torch.xpu.memory_allocated
+    if torch.backends.mps.is_available():
+        return "mps", 1, torch.mps.current_allocated_memory
+    return "cpu", 1, lambda: 0
+
+
+# Accelerate's examples pick their device and synchronize with these (`getattr(torch, torch_device).synchronize`)
+torch_device, device_count, memory_allocated_func = _backend()
