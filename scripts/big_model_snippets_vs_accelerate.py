@@ -34,6 +34,7 @@ def main(source: str) -> int:
         if proc.returncode != 0:
             print(proc.stderr[-3000:], file=sys.stderr)
             return 2
+        # written a moment ago by our own subprocess into a TemporaryDirectory (0700, ours alone): no one else's pickle
         theirs = torch.load(out, weights_only=False)
         ours = snippets.run_all("hpc", tmp / "hpc")
     differ = 0

@@ -113,24 +113,19 @@ def _wait(record, backend, timeout: float) -> tuple[bool, str]:
 def vetting_checks(files) -> list[dict]:
     """One check per node from the first attempt's vetting reports (none where the job was not vetted)."""
     from hpc.contract import vetting_verdict
+    from hpc.contract.launch_settings import Vetting
 
     folder = f"{layout.VETTING}/0/0"
-    reports = {}
-    for name in files.list(folder):
-        data = files.read(f"{folder}/{name}") if name.endswith(".json") else None
-        try:
-            report = json.loads(data) if data else None
-        except ValueError:
-            report = None
-        reports[name[:-len(".json")]] = report if isinstance(report, dict) else None
+    reports = {name[:-len(".json")]: vetting_verdict.parse_report(files.read(f"{folder}/{name}"))
+               for name in files.list(folder) if name.endswith(".json")}
     if not reports:
         return []
-    try:  # the profile's thresholds, as the job's runtime config has them
-        thresholds = json.loads(files.read(layout.RUNTIME_CONFIG) or b"{}").get("vetting") or {}
-    except ValueError:
-        thresholds = {}
+    # the profile's thresholds, as the job's runtime config has them (else Vetting's defaults)
+    thresholds = (vetting_verdict.parse_report(files.read(layout.RUNTIME_CONFIG)) or {}).get("vetting") or {}
+    defaults = Vetting()
     out = []
-    for v in vetting_verdict.judge(reports, thresholds.get("relative_speed", 0.5), thresholds.get("min_bandwidth")):
+    for v in vetting_verdict.judge(reports, thresholds.get("relative_speed", defaults.relative_speed),
+                                   thresholds.get("min_bandwidth", defaults.min_bandwidth)):
         measured = f"{v.compute or 0:.3g} GFLOP/s, best link {v.bandwidth or 0:.3g} GB/s"
         out.append({"name": f"node {v.host}", "ok": v.fit,
                     "detail": measured if v.fit else f"{vetting_verdict.reason(v)} ({measured})"})

@@ -46,6 +46,16 @@ def replacing(path: str | os.PathLike, *, mode: int | None = None, fsync: bool =
         raise
 
 
+def append_whole(path: str | os.PathLike, text: str, *, mode: int = 0o600) -> None:
+    """``text`` (whole lines) appended in one write with O_APPEND: appends of concurrent processes (ranks, attempts)
+    never interleave on a local or NFS filesystem. A new file gets ``mode``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: str | os.PathLike, data: str | bytes, *, mode: int | None = None,
                  fsync: bool = False) -> None:
     """``path`` holds ``data`` afterwards, written whole (see the module's docstring)."""

@@ -18,6 +18,7 @@ task, so bash expands the same names that Python reads. Torch-free.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 RECORD = "record.json"
@@ -113,6 +114,12 @@ class JobFolder:
     @staticmethod
     def node_log_name(node: str, tag: str) -> str:
         return f"node{node}-{tag}.out"
+
+
+def this_task_file(kind: str) -> str | None:
+    """tasks/<task>.<kind> of the job folder this process runs in ($HPC_JOB_DIR, $HPC_TASK); None outside a job."""
+    job_dir = os.environ.get("HPC_JOB_DIR")
+    return JobFolder(job_dir).task(os.environ.get("HPC_TASK", "0"), kind) if job_dir else None
 
 
 # a function job's files under function/

@@ -24,13 +24,21 @@ class Verdict:
         return not self.bad and not self.slow
 
 
+def parse_report(data: bytes | str | None) -> dict | None:
+    """A node's report as its file holds it (None: missing, cut short or not a report)."""
+    try:
+        report = json.loads(data) if data else None
+    except ValueError:
+        return None
+    return report if isinstance(report, dict) else None
+
+
 def read_reports(folder: Path, hosts: list[str]) -> dict[str, dict | None]:
     out: dict[str, dict | None] = {}
     for host in hosts:
         try:
-            data = json.loads((folder / f"{host}.json").read_text())
-            out[host] = data if isinstance(data, dict) else None
-        except (OSError, ValueError):
+            out[host] = parse_report((folder / f"{host}.json").read_bytes())
+        except OSError:
             out[host] = None
     return out
 

@@ -32,7 +32,9 @@ import urllib.request
 from pathlib import Path
 
 from hpc.contract import checks, layout, runtime_config
+from hpc.contract.atomic import append_whole
 from hpc.errors import HpcError
+from hpc.runtime.resilience import preemption
 
 # what hpc itself sends (others may be sent; these names are what webhook consumers filter on)
 EVENTS = ("started", "requeued", "node_excluded", "straggler", "hung", "failed", "completed")
@@ -77,7 +79,7 @@ def send(event: str, text: str, *, key: str | None = None, target: str | None = 
 def attempt() -> int:
     """Which run of the job task this is: its restart count, 0 for the first (SLURM's, or the local script's)."""
     try:
-        return int(os.environ.get("SLURM_RESTART_COUNT") or os.environ.get("HPC_RESTART_COUNT") or 0)
+        return preemption.requeue_count()
     except ValueError:
         return 0
 
@@ -175,10 +177,8 @@ def _mail(address: str, payload: dict, timeout_s: float) -> None:
 
 # --- once per key --------------------------------------------------------------------------------------
 def _keys_file() -> str | None:
-    job_dir = os.environ.get("HPC_JOB_DIR")
-    if not job_dir:
-        return None  # outside a job there is nowhere shared to keep them: every call sends
-    return layout.JobFolder(job_dir).task(os.environ.get("HPC_TASK", "0"), layout.TaskFile.NOTIFIED)
+    # outside a job (None) there is nowhere shared to keep them: every call sends
+    return layout.this_task_file(layout.TaskFile.NOTIFIED)
 
 
 def _sent_keys() -> set[str]:
@@ -198,12 +198,7 @@ def _note_sent(key: str) -> None:
         return
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        # one write with O_APPEND: lines from two processes never interleave on a local or NFS file system
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, (key + "\n").encode())
-        finally:
-            os.close(fd)
+        append_whole(path, key + "\n", mode=0o644)
     except OSError as e:
         # the notice went out; a repeat of it is the worst that follows
         _say(f"sent, but cannot note key {key!r} in {path}: {e.strerror or e}")

@@ -38,3 +38,13 @@ def test_a_link_planted_at_the_target_is_replaced_not_written_through(tmp_path):
     target.symlink_to(elsewhere)
     atomic_write(target, "ours")
     assert not target.is_symlink() and target.read_text() == "ours" and elsewhere.read_text() == "theirs"
+
+
+def test_append_whole_adds_whole_lines_and_a_new_file_gets_the_mode_asked(tmp_path):
+    from hpc.contract.atomic import append_whole
+
+    path = tmp_path / "notes"
+    append_whole(path, "a 1\n")
+    append_whole(path, "b 2\nc 3\n", mode=0o644)  # the file exists: its mode stays
+    assert path.read_text() == "a 1\nb 2\nc 3\n"
+    assert path.stat().st_mode & 0o777 == 0o600

@@ -1,29 +1,13 @@
 """prepare_pippy in one process: bad input refused in one line naming the fix, where "auto" cuts, the refusals of
 tracing, and a world of one running the model whole. The 2-rank pipeline: tests/test_pipeline_inference.py."""
 
-import os
 
 import pytest
 import torch
 
 from hpc.errors import HpcError
 from hpc.runtime import pipeline_inference as pp
-from hpc.runtime import process_state
-
-
-@pytest.fixture
-def single(monkeypatch):
-    """A fresh PartialState in this process, world of one; the variables it exports are taken back afterwards."""
-    saved = dict(os.environ)
-    for key in list(os.environ):
-        if key.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "SLURM_", "HPC_", "ACCELERATE_", "TORCHELASTIC")):
-            monkeypatch.delenv(key)
-    monkeypatch.setattr(process_state, "_accelerator", process_state._no_accelerator)
-    process_state.PartialState._reset_state()
-    yield process_state.PartialState()
-    process_state.PartialState._reset_state()
-    os.environ.clear()
-    os.environ.update(saved)
+from tests.unit.test_accelerate_names import single  # noqa: F401 - the fresh one-process PartialState fixture
 
 
 def mlp():

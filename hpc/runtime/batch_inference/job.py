@@ -112,12 +112,6 @@ class BatchInference:
     def __len__(self) -> int:
         return len(self.mine)
 
-    @property
-    def items_left(self) -> int:
-        """This rank's items still to do in this attempt."""
-        return sum(len(c.indices) for c in self._uncommitted if not c.committed) + names.items_done(
-            self.spec, self.mine[len(self._uncommitted):])
-
     def _commit(self, chunk: Chunk, outputs: list) -> None:
         if chunk.committed:
             raise HpcError(f"chunk {chunk.number} was committed already", fix="commit each chunk once")

@@ -15,6 +15,7 @@ import re
 import sys
 from pathlib import Path
 
+from hpc.contract.atomic import append_whole
 from hpc.contract.layout import JobFolder, TaskFile
 from hpc.runtime.checkpoint import manifest
 
@@ -28,11 +29,7 @@ def note(job_dir: str | os.PathLike, task: str, folder: str | os.PathLike, step:
     the save is written: its step counts as the job's progress only once committed, noted then by the save itself
     (TrainingCheckpoints.save, progress_guard), never here."""
     line = json.dumps({"path": str(Path(folder).absolute()), "step": int(step)}) + "\n"
-    fd = os.open(_saves_file(job_dir, task), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        os.write(fd, line.encode())  # one write of one line: appends of concurrent attempts never interleave
-    finally:
-        os.close(fd)
+    append_whole(_saves_file(job_dir, task), line)
 
 
 def naming(folder: str | os.PathLike, step: int) -> str | None:

@@ -155,11 +155,8 @@ def _count_requeue(count: int) -> None:
 
 
 def _task_file(kind: str) -> Path | None:
-    """tasks/<task>.<kind> of the job folder this process runs in (None outside an hpc job)."""
-    job_dir = os.environ.get("HPC_JOB_DIR")
-    if not job_dir:
-        return None
-    return Path(layout.JobFolder(job_dir).task(os.environ.get("HPC_TASK", "0"), kind))
+    path = layout.this_task_file(kind)
+    return Path(path) if path else None
 
 
 def job_script_requeues() -> bool:

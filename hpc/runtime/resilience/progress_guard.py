@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from hpc.contract import layout
+from hpc.contract.atomic import append_whole
 from hpc.runtime.resilience import preemption
 
 STOP = 3  # the CLI's exit code when the job must not run again
@@ -45,14 +46,13 @@ def note_done() -> None:
 
 
 def _where() -> tuple[str | None, int]:
-    job_dir = os.environ.get("HPC_JOB_DIR")
-    if not job_dir:
+    path = layout.this_task_file(layout.TaskFile.PROGRESS)
+    if path is None:
         return None, 0
     try:
-        number = preemption.requeue_count()
+        return path, preemption.requeue_count()
     except ValueError:
         return None, 0
-    return layout.JobFolder(job_dir).task(os.environ.get("HPC_TASK", "0"), layout.TaskFile.PROGRESS), number
 
 
 def _append(what: str) -> bool:
@@ -61,11 +61,7 @@ def _append(what: str) -> bool:
     if path is None:
         return False
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            os.write(fd, f"{attempt} {what}\n".encode())
-        finally:
-            os.close(fd)
+        append_whole(path, f"{attempt} {what}\n")
     except OSError:
         return False  # a missing note costs at most a requeue the guard would have allowed anyway
     return True

@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 
 from hpc.contract import layout
+from hpc.contract.atomic import append_whole
 from hpc.runtime import trackers
 from hpc.runtime.resilience import preemption
 
@@ -288,17 +289,11 @@ def _can_requeue(max_requeues: int) -> bool:
         preemption.hpc_requeue_count() < max_requeues)
 
 
-def _task_file(kind: str) -> str | None:
-    job_dir = os.environ.get("HPC_JOB_DIR")
-    return layout.JobFolder(job_dir).task(os.environ.get("HPC_TASK", "0"), kind) if job_dir else None
-
-
 def _append(path: str | None, line: str) -> None:
     if path is None:
         return
     try:
-        with open(path, "a") as f:  # one write of a whole line (O_APPEND)
-            f.write(line + "\n")
+        append_whole(path, line + "\n")
     except OSError as e:
         print(f"hpc: could not note the straggler in {path}: {e}", file=sys.stderr, flush=True)
 
@@ -310,7 +305,7 @@ def report(straggler: Straggler, host: str, action: str, requeue: bool) -> None:
             f"({CONSECUTIVE_WINDOWS} windows in a row, at step {s.step})")
     then = f"; checkpointing and requeueing without {host}" if requeue else ""
     preemption.log(f"straggler: {what}{then}")
-    _append(_task_file(layout.TaskFile.STRAGGLERS), json.dumps(
+    _append(layout.this_task_file(layout.TaskFile.STRAGGLERS), json.dumps(
         {"rank": s.rank, "host": host, "ratio": round(s.ratio, 3), "step": s.step, "action": action,
          "requeued": requeue, "attempt": preemption.requeue_count(), "time": round(time.time(), 3)}))
     try:
@@ -333,4 +328,4 @@ def _notify(text: str, key: str) -> None:
 def exclude(hosts: list[tuple[str, float]]) -> None:
     """tasks/<task>.excluded: the nodes the requeued job must not run on, "<node> <why>" a line each."""
     for host, ratio in hosts:
-        _append(_task_file(layout.TaskFile.EXCLUDED), f"{host} straggler ({ratio:.1f}x the median)")
+        _append(layout.this_task_file(layout.TaskFile.EXCLUDED), f"{host} straggler ({ratio:.1f}x the median)")

@@ -10,28 +10,23 @@ needs it, named as such.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 from hpc.contract import layout, runtime_config
+from hpc.contract.atomic import append_whole
 from hpc.contract.vetting_verdict import Verdict, choose, judge, read_reports, reason
 from hpc.runtime import notify
 
 
 def note_excluded(verdicts: list[Verdict]) -> None:
     """Bad nodes, a line each in tasks/<task>.excluded (slow ones are left out only for this attempt)."""
-    job_dir = os.environ.get("HPC_JOB_DIR")
+    path = layout.this_task_file(layout.TaskFile.EXCLUDED)
     lines = "".join(f"{v.host} vetting: {reason(v)}\n" for v in verdicts if v.bad)
-    if not job_dir or not lines:
+    if not path or not lines:
         return
-    path = layout.JobFolder(job_dir).task(os.environ.get("HPC_TASK", "0"), layout.TaskFile.EXCLUDED)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            os.write(fd, lines.encode())
-        finally:
-            os.close(fd)
+        append_whole(path, lines)
     except OSError as e:
         print(f"hpc: vetting: cannot note the excluded nodes in {path}: {e.strerror}", file=sys.stderr)
 
