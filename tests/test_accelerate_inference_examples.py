@@ -12,6 +12,7 @@ distributed_speech_generation.py (fire, scipy and a hub data set)."""
 import contextlib
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import textwrap
@@ -48,8 +49,9 @@ RUNNER = textwrap.dedent("""
         name = os.path.basename(script)[:-3]
         torch.save({**kept, "error": error}, f"{out}/{name}-rank{os.environ['RANK']}.pt")
         if not torch.distributed.is_initialized():  # the example ended with destroy_process_group(): the next
-            from hpc import PartialState           # one starts its own, as a new process would
-            PartialState._reset_state()
+            from hpc import PartialState           # one starts its own, as a new launch would, on a port of its
+            PartialState._reset_state()            # own (a rank quick to start it could reach the other rank's
+            os.environ["MASTER_PORT"] = str(int(os.environ["MASTER_PORT"]) + 1)  # store of the group ending)
 """)
 
 WORDS = ("I would like to hello how are you what is going on roses red and welcome the hotel really The weather "
@@ -107,14 +109,19 @@ def runs(tmp_path_factory):
            if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "SLURM_", "HPC_", "ACCELERATE_"))}
     env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp / "hf"), TRANSFORMERS_VERBOSITY="error")
     (tmp / "out").mkdir()
-    proc = subprocess.run([sys.executable, "-m", "hpc", "launch", "--nproc", "2", "runner.py", str(tmp / "out"),
-                           *[str(EXAMPLES / f"{name}.py") for name in LAUNCHED]], cwd=tmp, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    proc = subprocess.Popen([sys.executable, "-m", "hpc", "launch", "--nproc", "2", "runner.py", str(tmp / "out"),
+                             *[str(EXAMPLES / f"{name}.py") for name in LAUNCHED]], cwd=tmp, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output = proc.communicate(timeout=180)[0]
+    except subprocess.TimeoutExpired:  # the ranks too, not only the launcher: nothing left running
+        os.killpg(proc.pid, signal.SIGKILL)
+        output = proc.communicate()[0] + "\n[killed after 180 s]"
     results = {}
     for name in LAUNCHED:
         ranks = [torch.load(tmp / "out" / f"{name}-rank{rank}.pt", weights_only=True)
                  if (tmp / "out" / f"{name}-rank{rank}.pt").exists() else None for rank in (0, 1)]
-        results[name] = (proc.returncode, proc.stdout, ranks)
+        results[name] = (proc.returncode, output, ranks)
     results["folder"] = tmp
     return results
 
