@@ -154,8 +154,8 @@ def test_phi2_completions_equal_the_undispatched_models(runs):
 
 def test_bert_pipelined_logits_equal_the_undispatched_models(runs):
     """pippy/bert.py: traced on one row of 512 tokens, split "auto" over 2 ranks, then called 6 times on 2 rows
-    (one microbatch per rank); the logits on the last rank only. The example keeps output[0]: the first row's
-    (the pipeline returns the last stage's logits tensor). The expanded attention mask crosses the split."""
+    (one microbatch per rank); the output on the last rank only, as the model's MaskedLMOutput, whose output[0] the
+    example stacks back into the logits. The expanded attention mask crosses the split."""
     returncode, output, (first, last) = runs["bert"]
     assert first is not None and last is not None and not first["error"] and not last["error"], output[-3000:]
     assert "Average time per batch" in output
@@ -163,7 +163,7 @@ def test_bert_pipelined_logits_equal_the_undispatched_models(runs):
     with torch.no_grad(), _one_thread():
         want = _model(runs, "AutoModelForMaskedLM", "tiny-bert")(last["input"]).logits
     assert last["input"].shape == (2, 512)
-    assert last["output"].shape == want[0].shape and torch.allclose(last["output"], want[0], atol=1e-5)
+    assert last["output"].shape == want.shape and torch.allclose(last["output"], want, atol=1e-5)
 
 
 def test_gpt2_sequence_classifier_is_refused_when_prepared(runs):
@@ -178,12 +178,13 @@ def test_gpt2_sequence_classifier_is_refused_when_prepared(runs):
         assert "fix: choose split points after which no layer reads a model input" in rank["error"]
 
 
-def test_llama_pipelined_logits_equal_the_undispatched_models(runs):
+def test_llama_runs_to_its_end_with_the_pipelined_logits_equal_the_undispatched_models(runs):
     """pippy/llama.py: traced on 2 prompts given as the tokenizer's BatchEncoding, called on 3 (a short batch:
-    padded to 4 and cut back); the config's use_cache is on, as Llama-2's is."""
-    returncode, output, ranks = runs["llama"]
-    last = ranks[1]
-    assert last is not None and last["output"] is not None, output[-3000:]
+    padded to 4 and cut back); the config's use_cache is on, as Llama-2's is. The output is the model's
+    CausalLMOutputWithPast, so the example's last lines (output[0][:, -1, :], the next token) run too."""
+    returncode, output, (first, last) = runs["llama"]
+    assert first is not None and last is not None and not first["error"] and not last["error"], output[-3000:]
+    assert first["output"] is None and list(last["output"]) == ["logits"]
     tokenizer = transformers.AutoTokenizer.from_pretrained(runs["folder"] / "tiny-llama")
     tokenizer.pad_token = tokenizer.eos_token
     inputs = tokenizer(("I would like to", "I really like to", "The weather is pretty"), return_tensors="pt",
@@ -191,18 +192,9 @@ def test_llama_pipelined_logits_equal_the_undispatched_models(runs):
     assert all(torch.equal(last["inputs"][key], inputs[key]) for key in inputs)
     with torch.no_grad(), _one_thread():
         want = _model(runs, "AutoModelForCausalLM", "tiny-llama", attn_implementation="sdpa")(**inputs).logits
-    assert last["output"].shape == want.shape == (3, 4, len(_tokenizer()))
-    assert torch.allclose(last["output"], want, atol=1e-5)
-
-
-def test_llamas_last_line_fails_as_the_pipeline_returns_the_logits_tensor(runs):
-    """llama.py's last line reads output[0][:, -1, :] as of the model's output object (output[0] its logits);
-    the pipelined model returns the last stage's logits tensor, as torch's pipelining hands it over, so the line
-    fails on the last rank (Accelerate 1.15 on this torch fails earlier: its trace refuses the BatchEncoding).
-    When hpc returns the model's own output type, this test fails and the example runs to its end."""
-    returncode, output, ranks = runs["llama"]
-    assert ranks[0]["error"] is None
-    assert ranks[1]["error"] is not None and ranks[1]["error"].startswith("IndexError"), ranks[1]["error"]
+    assert last["output"]["logits"].shape == want.shape == (3, 4, len(_tokenizer()))
+    assert torch.allclose(last["output"]["logits"], want, atol=1e-5)
+    assert str(tokenizer.batch_decode(want[:, -1, :].argmax(-1))) in output  # its last line's print
 
 
 def test_t5_stops_where_accelerate_stops():

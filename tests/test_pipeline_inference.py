@@ -54,6 +54,20 @@ WORKER = textwrap.dedent("""
     out["twice"] = refusal(lambda: prepare_pippy(model, example_args=(x,)))
     out["too_many_splits"] = refusal(lambda: prepare_pippy(mlp(), split_points=["2", "4"], example_args=(x,)))
 
+    class TwoHeads(torch.nn.Module):  # returns a dict: the pipeline gives it back as one, not as bare tensors
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.body, self.head = mlp(), torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            scores = self.head(self.body(x))
+            return {"scores": scores, "probs": scores.softmax(-1)}
+
+    want_heads = TwoHeads().eval()(x)
+    got = prepare_pippy(TwoHeads().eval(), split_points=["head"], example_args=(x[:2],), gather_output=True)(x[:3])
+    out["dict_output"] = {key: compare(value, want_heads[key][:3]) for key, value in got.items()}
+
     from transformers import GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadModel
 
     config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16, use_cache=False,
@@ -67,7 +81,9 @@ WORKER = textwrap.dedent("""
     with torch.no_grad():
         want_logits = gpt2(GPT2LMHeadModel)(input_ids=ids).logits
     model = prepare_pippy(gpt2(GPT2LMHeadModel), example_kwargs={"input_ids": ids[:2]})
-    out["gpt2"] = {"same": compare(model(input_ids=ids), want_logits), "split": model.hf_split_points}
+    got = model(input_ids=ids)
+    same = None if got is None else compare(got.logits, want_logits) and torch.equal(got[0], got.logits)
+    out["gpt2"] = {"same": same, "type": type(got).__name__, "split": model.hf_split_points}
     # Accelerate's own test model: its head reads input_ids, which torch gives to the first stage only
     out["gpt2_sequence_classifier"] = refusal(lambda: prepare_pippy(gpt2(GPT2ForSequenceClassification),
                                                                     example_args=(ids[:2],)))
@@ -132,8 +148,15 @@ def test_split_points_must_make_one_stage_per_rank(ranks):
                "(one stage each); fix: give 1 split point, or split_points='auto'" for rank in ranks)
 
 
+def test_the_output_comes_back_in_the_models_own_type(ranks):
+    """torch's pipeline hands over the last stage's tensors bare; the caller gets what the model returns (a dict
+    here, a transformers ModelOutput below), padded rows cut off, on every rank when gathered."""
+    assert [rank["dict_output"] for rank in ranks] == [{"scores": True, "probs": True}] * 2
+
+
 def test_a_tiny_gpt2_runs_pipelined_with_keyword_inputs(ranks):
     assert [rank["gpt2"]["same"] for rank in ranks] == [None, True]
+    assert [rank["gpt2"]["type"] for rank in ranks] == ["NoneType", "CausalLMOutputWithCrossAttentions"]
     assert ranks[1]["gpt2"]["split"] == ["transformer.h.1"]  # auto: one block per rank
 
 

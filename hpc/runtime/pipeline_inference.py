@@ -5,7 +5,8 @@ microbatches so that the stages work at the same time (GPipe). What: the model i
 ``example_args``/``example_kwargs``, which are one microbatch; it is cut before each split point (named, or balanced
 by size with "auto"); its ``forward`` then runs the schedule and every rank must call it. A call takes up to
 ``num_chunks`` times the example's rows: the first rank's inputs are used, a short batch is padded and its output cut
-back. The output is on the last rank (on every rank with ``gather_output``), elsewhere None.
+back. The output, in the model's own output type, is on the last rank (on every rank with ``gather_output``),
+elsewhere None.
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ def prepare_pippy(model: nn.Module, split_points: str | list[str] | None = "auto
     if model.training:
         logger.warning("prepare_pippy: the model is in training mode; dropout is traced in as it is now "
                        "(call model.eval() before prepare_pippy for inference)")
-    schedule = _build_schedule(model, split_points, example_args, example_kwargs, num_chunks, state)
-    forward = _PipelinedForward(schedule, state, (example_args, example_kwargs), num_chunks * rows, gather_output)
+    schedule, output_spec = _build_schedule(model, split_points, example_args, example_kwargs, num_chunks, state)
+    forward = _PipelinedForward(schedule, state, (example_args, example_kwargs), num_chunks * rows, gather_output,
+                                output_spec)
     _install(model, forward, schedule)
     return model
 
@@ -195,11 +197,11 @@ def _build_schedule(model: nn.Module, split_points: list[str], example_args: tup
                     num_chunks: int, state: PartialState):
     from torch.distributed.pipelining import ScheduleGPipe
 
-    pipe = _trace(model, split_points, example_args, example_kwargs)
+    pipe, output_spec = _trace(model, split_points, example_args, example_kwargs)
     _check_stages(pipe, split_points, state.num_processes)
     _contiguous_hand_offs(pipe)
     stage = pipe.build_stage(state.process_index, device=state.device)
-    return ScheduleGPipe(stage, num_chunks)
+    return ScheduleGPipe(stage, num_chunks), output_spec
 
 
 def _trace(model: nn.Module, split_points: list[str], example_args: tuple, example_kwargs: dict):
@@ -213,18 +215,36 @@ def _trace(model: nn.Module, split_points: list[str], example_args: tuple, examp
     cache_off = getattr(config, "use_cache", None) is True and "use_cache" not in example_kwargs
     if cache_off:
         config.use_cache = False
+    # torch's pipeline hands the last stage's tensors over bare (one logits tensor, where the model returns
+    # CausalLMOutput(logits=...)); the pipelined call gives them back in the model's own output type, as its caller
+    # expects (output[0], output.logits). The type is seen as torch.export runs the model's forward
+    seen = []
+    hook = model.register_forward_hook(lambda _module, _args, output: seen.append(pytree.tree_structure(output)))
     try:
-        return pipeline(model, mb_args=example_args, mb_kwargs=example_kwargs or None,
+        pipe = pipeline(model, mb_args=example_args, mb_kwargs=example_kwargs or None,
                         split_spec={name: SplitPoint.BEGINNING for name in split_points})
+        return pipe, seen[0] if len(seen) == 1 else None
     except RuntimeError as error:
         cause = error.__cause__ or error  # torch's message is generic; the cause names what could not be traced
         raise HpcError(f"prepare_pippy could not trace the model: {shorten(str(cause).splitlines()[0], 300)}",
                        fix=_TRACE_FIX) from error
     finally:
+        hook.remove()
         if cache_off:
             config.use_cache = True
         for name, forward in saved.items():
             _restore_forward(model.get_submodule(name), forward)
+
+
+def _as_model_output(output, spec):
+    """The last stage's tensors in the model's output structure ``spec`` (as they came where that is unknown or
+    they do not fill it)."""
+    if spec is None:
+        return output
+    leaves = list(output) if isinstance(output, (tuple, list)) and spec.num_leaves != 1 else [output]
+    if len(leaves) != spec.num_leaves or not all(isinstance(leaf, torch.Tensor) for leaf in leaves):
+        return output
+    return pytree.tree_unflatten(leaves, spec)
 
 
 def _restore_forward(module: nn.Module, forward) -> None:
@@ -287,8 +307,10 @@ def _contiguous_hand_offs(pipe) -> None:
 class _PipelinedForward:
     """The model's forward after prepare_pippy: every rank calls it, the first rank's inputs go in."""
 
-    def __init__(self, schedule, state: PartialState, example: tuple, capacity: int, gather_output: bool):
+    def __init__(self, schedule, state: PartialState, example: tuple, capacity: int, gather_output: bool,
+                 output_spec=None):
         self.schedule, self.state, self.capacity, self.gather_output = schedule, state, capacity, bool(gather_output)
+        self.output_spec = output_spec
         self.example = _layout(*example)
         self.first, self.last = state.process_index == 0, state.process_index == state.num_processes - 1
 
@@ -301,7 +323,7 @@ class _PipelinedForward:
             else:
                 output = self.schedule.step()
         if self.last:
-            output = _cut_rows(output, rows, self.capacity)
+            output = _cut_rows(_as_model_output(output, self.output_spec), rows, self.capacity)
         if self.gather_output:
             output = _from_last_rank(output, self.state)
         return output

@@ -4,6 +4,7 @@ tracing, and a world of one running the model whole. The 2-rank pipeline: tests/
 
 import pytest
 import torch
+from torch.utils import _pytree as pytree
 
 from hpc.errors import HpcError
 from hpc.runtime import pipeline_inference as pp
@@ -99,8 +100,8 @@ def test_a_misspelt_split_point_gets_the_near_names(single):
 @pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
 def test_a_later_stage_that_reads_an_input_is_refused_when_traced():
     model = Residual()
-    pipe = pp._trace(model, ["second"], (torch.ones(2, 4),), {})
-    assert "forward" not in vars(model.second)  # pipeline()'s marker is taken off again
+    pipe, output_spec = pp._trace(model, ["second"], (torch.ones(2, 4),), {})
+    assert output_spec.num_leaves == 1 and "forward" not in vars(model.second)  # pipeline()'s marker is taken off again
     with pytest.raises(HpcError, match="stage 1 .from 'second' on. reads the model's input 'x' itself"):
         pp._check_stages(pipe, ["second"], 2)
     with pytest.raises(HpcError, match="made 2 stages for 3 ranks"):
@@ -132,3 +133,24 @@ def test_padding_repeats_the_last_row_and_the_cut_takes_it_off():
     output = (torch.arange(8).reshape(4, 2), torch.zeros(2))
     cut = pp._cut_rows(output, 3, 4)
     assert cut[0].shape == (3, 2) and cut[1].shape == (2,)  # only tensors as long as the padded batch
+
+
+class Pair(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.second(self.first(x))
+        return {"double": 2 * y, "rows": (y.sum(1), y.mean(1))}
+
+
+@pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning")
+def test_the_last_stages_tensors_are_put_back_in_the_models_output_type():
+    spec = pp._trace(Pair(), ["second"], (X[:2],), {})[1]  # seen as torch.export runs the forward
+    leaves = (X, X[:, 0], X[:, 1])
+    got = pp._as_model_output(leaves, spec)
+    assert list(got) == ["double", "rows"] and got["double"] is leaves[0] and got["rows"][1] is leaves[2]
+    assert pp._as_model_output(X, pytree.tree_structure(X)) is X  # a tensor stays a tensor
+    assert pp._as_model_output((X, X), spec) == (X, X)  # tensors that do not fill the structure: as they came
+    assert pp._as_model_output((X, X), None) == (X, X)
