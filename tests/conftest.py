@@ -66,3 +66,13 @@ def slurm():
         os.environ["SLURM_CONF"] = old
     if not was_up:
         subprocess.run([str(SLURM_LOCAL), "down"], capture_output=True, timeout=120)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under xdist (pyproject's `-n 2 --dist loadgroup`): a module's tests stay together on one worker (its module
+    fixtures, often a launch of ranks, are built once), and every module that uses the SLURM cluster runs on one
+    and the same worker, one test after another, as the cluster's nodes, partitions and preemption are shared."""
+    slurm_modules = {item.module.__name__ for item in items if item.get_closest_marker("slurm")}
+    for item in items:
+        module = item.module.__name__
+        item.add_marker(pytest.mark.xdist_group("slurm" if module in slurm_modules else module))
