@@ -6,7 +6,9 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 DUMP = textwrap.dedent("""
@@ -20,6 +22,8 @@ DUMP = textwrap.dedent("""
     with open(os.path.join(os.environ["DUMP_DIR"], name), "w") as f:
         json.dump(out, f)
     print("dumped", name, flush=True)
+    if os.environ.get("REQUEUE_ONCE") and os.environ.get("HPC_RESTART_COUNT", "0") == "0":
+        open(os.environ["HPC_REQUEUE_FILE"], "a").close()  # the local profile runs the processes again
     if os.environ.get("SLEEP"):
         time.sleep(float(os.environ["SLEEP"]))
     sys.exit(int(os.environ.get("EXIT", "0")))
@@ -150,3 +154,30 @@ def local_script_process(job_dir: Path, timeout: float = 60):
                 return proc
         time.sleep(0.2)
     raise AssertionError(f"no process runs {script}")
+
+
+TOKEN = "T0-secret-token-xyz"  # in the webhook's URL path, as real webhook URLs hold theirs
+
+
+class Webhook:
+    """A local HTTP endpoint that keeps what it is sent."""
+
+    def __init__(self):
+        self.messages: list[dict] = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                hook.messages.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/{TOKEN}"
+
+    def events(self) -> list[str]:
+        return [m["event"] for m in self.messages]

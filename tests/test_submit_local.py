@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.jobhelpers import dumps, hpc, make_project, status, submit
+from tests.jobhelpers import TOKEN, Webhook, dumps, hpc, make_project, status, submit
 
 
 @pytest.fixture
@@ -44,6 +44,25 @@ def test_failed_job_reports_its_exit_code(project):
     st = status(project, info["job_id"])
     assert (st["state"], st["exit_code"]) == ("FAILED", 3)
     assert hpc(project, "submit", "-p", "local", "--wait", "dump.py", env={"EXIT": "3"}).returncode == 3
+
+
+def test_notify_hears_a_local_job_start_run_again_and_end(project):
+    """The local profile sends the notices a SLURM job does: started, requeued at each round, then completed, or
+    failed with its reason; the webhook URL (its token) is in none of them."""
+    hook = Webhook()
+    try:
+        done = submit(project, "-p", "local", "--notify", hook.url, "dump.py", env={"REQUEUE_ONCE": "1"})
+        assert hpc(project, "wait", done["job_id"]).returncode == 0
+        assert hook.events() == ["started", "requeued", "completed"], hook.messages
+        assert "round 1" in hook.messages[1]["text"]
+        hook.messages.clear()
+        failed = submit(project, "-p", "local", "--nproc", "2", "--notify", hook.url, "dump.py", env={"EXIT": "3"})
+        assert hpc(project, "wait", failed["job_id"]).returncode == 3
+        assert hook.events() == ["started", "failed"], hook.messages
+        assert "exit 3" in hook.messages[1]["text"] and "failed first (exit 3)" in hook.messages[1]["text"]
+        assert all(TOKEN not in json.dumps(message) for message in hook.messages)
+    finally:
+        hook.server.shutdown()
 
 
 def test_time_limit_ends_the_job_as_timeout(project):

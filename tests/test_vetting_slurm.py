@@ -5,43 +5,16 @@ each. `scripts/slurm-local bad-node NODE` makes a node's health check fail while
 import json
 import shutil
 import subprocess
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import SLURM_LOCAL
-from tests.jobhelpers import hpc, status, submit
+from tests.jobhelpers import TOKEN, Webhook, hpc, status, submit
 
 pytestmark = pytest.mark.slurm
 HERE = Path(__file__).parent
 HELLO = HERE.parent / "scripts" / "examples" / "hello_ranks.py"
-TOKEN = "T0-secret-token-xyz"
-
-
-class Webhook:
-    """A local HTTP endpoint that keeps what it is sent."""
-
-    def __init__(self):
-        self.messages: list[dict] = []
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                hook.messages.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/{TOKEN}"
-
-    def events(self) -> list[str]:
-        return [m["event"] for m in self.messages]
 
 
 @pytest.fixture

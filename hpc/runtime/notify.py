@@ -7,7 +7,8 @@ A webhook gets an HTTP POST of JSON whose "text" is one line for humans (what Sl
 webhooks show) beside the job's facts: event, job_id, job_name, task, attempt (the restart count, 0 for the first
 run), host, time. Those facts are all it carries of the environment: never another variable, never the URL (webhook
 URLs hold their token in the path). An email address gets a plain message through the node's ``sendmail``; where a
-node has none the notice is not sent (SLURM's own mail, which the login side asks for, still tells of start and end).
+node has none the notice is not sent (SLURM's own mail, asked for with the profile's sbatch_extra, can tell of start
+and end instead: docs/reliability.md).
 
 A notice is a courtesy: ``send`` never raises, gives up after TIMEOUT_S in all (a dead DNS server included), and a
 failure is one line on stderr that names the target's host only. The CLI always exits 0. Torch-free: the batch

@@ -29,6 +29,10 @@ stalled() {
   why=$(/path/to/python -m hpc.runtime.resilience.progress_guard "$HPC_JOB_DIR" "$HPC_TASK" "$1" 3) && return 1
   echo "$why"
 }
+# the job's end: its exit code, after a notice of how it ended where the job has `notify`
+finish() {
+  exit "$1"
+}
 export WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 NODE_RANK=0
 pids=()
 stop() { if [ "${#pids[@]}" -gt 0 ]; then kill -"$1" "${pids[@]}" 2>/dev/null || true; fi; }
@@ -63,9 +67,9 @@ while true; do
     done
     sleep 0.1
   done
-  [ "$rc" -eq 0 ] && [ -e "$HPC_REQUEUE_FILE" ] || exit "$rc"
+  [ "$rc" -eq 0 ] && [ -e "$HPC_REQUEUE_FILE" ] || finish "$rc"
   if stop_why=$(stalled "$HPC_RESTART_COUNT"); then
-    echo "$stop_why; not run again" >> "$reason_file"; echo "hpc: $stop_why: the job ends here" >&2; exit 1
+    echo "$stop_why; not run again" >> "$reason_file"; echo "hpc: $stop_why: the job ends here" >&2; finish 1
   fi
   HPC_RESTART_COUNT=$((HPC_RESTART_COUNT + 1))
   echo "hpc: requeued: starting the processes again (round $HPC_RESTART_COUNT)" >&2

@@ -29,6 +29,15 @@ stalled() {
   why=$(/path/to/python -m hpc.runtime.resilience.progress_guard "$HPC_JOB_DIR" "$HPC_TASK" "$1" 3) && return 1
   echo "$why"
 }
+# Notices (the job's `notify`): one per event and key, sent by hpc.runtime.notify, which never fails the job.
+notice() { /path/to/python -m hpc.runtime.notify "$1" "$2" --key "$3" || true; }
+# the job's end: its exit code, after a notice of how it ended where the job has `notify`
+finish() {
+  if [ "$1" -eq 0 ]; then notice completed "the job's work is done" completed
+  else notice failed "exit $1: $(tr '\n' ' ' < "$reason_file" 2>/dev/null || true)" failed; fi
+  exit "$1"
+}
+notice started "on $(hostname), 2 process(es)" started
 # SLURM signals the batch shell (USR1, 120 s before the time limit; TERM on
 # cancel or preemption): note it in HPC_STOP_FILE (read by ranks whose launcher does not pass it on) and hand it
 # to the job step, whose processes checkpoint and stop.
@@ -46,10 +55,11 @@ step_pid=$!
   while kill -0 "$step_pid" 2>/dev/null; do wait "$step_pid" || true; done
   rc=0
   wait "$step_pid" || rc=$?
-  [ -e "$HPC_REQUEUE_FILE" ] || exit "$rc"
+  [ -e "$HPC_REQUEUE_FILE" ] || finish "$rc"
   if stop_why=$(stalled "$HPC_RESTART_COUNT"); then
-    echo "$stop_why; not run again" >> "$reason_file"; echo "hpc: $stop_why: the job ends here" >&2; exit 1
+    echo "$stop_why; not run again" >> "$reason_file"; echo "hpc: $stop_why: the job ends here" >&2; finish 1
   fi
   HPC_RESTART_COUNT=$((HPC_RESTART_COUNT + 1))
   echo "hpc: requeued: starting the processes again (round $HPC_RESTART_COUNT)" >&2
+  notice requeued "starting the processes again (round $HPC_RESTART_COUNT)" "requeued-$HPC_RESTART_COUNT"
 done

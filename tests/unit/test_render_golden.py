@@ -24,7 +24,8 @@ TRICKY = ["--lr", "3e-4", "it's $(rm -rf ~) `id`", 'say "hi"; exit 1', "tab\ther
 
 CASES = {
     "local-srun": ("local", {"script": "train.py", "nproc_per_node": 2, "args": TRICKY}),
-    "local-torchrun": ("local", {"script": "train.py", "launcher": "torchrun", "nproc_per_node": 2}),
+    "local-torchrun": ("local", {"script": "train.py", "launcher": "torchrun", "nproc_per_node": 2,
+                                 "notify": "ops@example.org"}),
     "slurm-local-srun": ("slurm-local", {"script": "train.py", "nodes": 2, "args": TRICKY,
                                         "after": ["101", "102:afterany"], "job_name": "golden"}),
     "slurm-local-torchrun-elastic": ("slurm-local", {"script": "train.py", "launcher": "torchrun",
