@@ -4,6 +4,8 @@ over SSH."""
 
 import json
 import os
+import shlex
+import socket
 import subprocess
 import sys
 import textwrap
@@ -192,3 +194,31 @@ def test_a_login_node_that_never_answers_is_a_one_line_timeout_not_a_hang(login,
     silent.close()
     assert proc.returncode == 2 and "unreachable" in proc.stderr and "timed out" in proc.stderr, proc.stderr
     assert time.monotonic() - started < 20
+
+
+def test_the_login_node_runs_with_strict_modes_and_fresh_keys(login):
+    """start_login in a mount namespace with /tmp and /run of its own, on a free port: sshd (StrictModes yes)
+    lets the fresh key in, and refuses it once authorized_keys is writable by others. (With the login fixture:
+    slurm-local with SLURM_LOCAL_SSH=1 installs sshd.)"""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ssh = ('ssh -o BatchMode=yes -o UserKnownHostsFile="$SSH_DIR/known_hosts" -o StrictHostKeyChecking=yes '
+           f'-i "$SSH_DIR/id_ed25519" -p {port} root@127.0.0.1')
+    script = textwrap.dedent(f"""\
+        exec 3< {shlex.quote(str(SLURM_LOCAL))}  # before /tmp, where a checkout may be, is mounted over
+        mount -t tmpfs -o mode=1777 tmpfs /tmp && mount -t tmpfs -o mode=0755 tmpfs /run || exit 9
+        export SLURM_LOCAL_DIR=/tmp/hpc-slurm-login-test SLURM_LOCAL_SSH=1 SLURM_LOCAL_SSH_PORT={port}
+        source /dev/fd/3
+        secure_base && mkdir -p "$RUN" "$LOG"
+        trap '[ -s "$RUN/sshd.pid" ] && kill "$(cat "$RUN/sshd.pid")"' EXIT
+        start_login >/dev/null
+        grep -qx "StrictModes yes" "$SSHD_DIR/sshd_config" && echo strict
+        {ssh} 'echo "in as $(id -un)"'
+        chmod 0666 "$SSHD_DIR/authorized_keys"
+        {ssh} true 2>/dev/null || echo "refused when others may write"
+        """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_LOCAL")}
+    proc = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script], check=False,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.splitlines() == ["strict", "in as root", "refused when others may write"], proc.stderr
