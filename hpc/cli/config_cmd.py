@@ -7,13 +7,13 @@ The job file it writes by default is hpc's default job file (~/.config/hpc/job.y
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import click
 
+from hpc.contract.atomic import replacing
 from hpc.errors import HpcError
 
 
@@ -143,18 +143,17 @@ def write_job_file(data: dict, target: Path, header: str) -> None:
         raise HpcError(f"{target} already exists", fix="remove it first, or write elsewhere with -o; hpc never "
                        "overwrites a job file")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.absolute().with_name(f".{target.stem}.tmp{os.getpid()}.yaml")
-    tmp.write_text(header + (yaml.safe_dump(data, sort_keys=False) if data else "{}\n"))
-    try:
-        from hpc.cluster.config.schema import JobSpec
-        from hpc.contract.validate import check_field
+    from hpc.cluster.config.schema import JobSpec
+    from hpc.contract.validate import check_field
 
-        for key, value in precedence.job_file_layer(tmp).values.items():  # unknown keys refused here
-            check_field(JobSpec, key, value, str(target), key)
-    except HpcError:
-        tmp.unlink()
-        raise
-    os.replace(tmp, target)
+    try:
+        with replacing(target.absolute(), new=True) as tmp:  # checked before it takes the real name
+            tmp.write_text(header + (yaml.safe_dump(data, sort_keys=False) if data else "{}\n"))
+            for key, value in precedence.job_file_layer(tmp).values.items():  # unknown keys refused here
+                check_field(JobSpec, key, value, str(target), key)
+    except FileExistsError:
+        raise HpcError(f"{target} already exists", fix="remove it first, or write elsewhere with -o; hpc never "
+                       "overwrites a job file") from None
 
 
 def _target(out: str | None) -> Path:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
 from hpc.cli.output import echo_json, table
+from hpc.contract.atomic import replacing
 from hpc.errors import HpcError
 
 
@@ -148,13 +148,12 @@ def new(name, out, yes, **answers):
     if target.exists():
         raise HpcError(f"{target} already exists", fix="choose another name or -o path; hpc never overwrites a profile")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.absolute().with_name(f".{target.stem}.tmp{os.getpid()}.yaml")
-    tmp.write_text(f"# Written by `hpc profile new`; see `hpc profile show {name}` for every key.\n"
-                   + yaml.safe_dump(data, sort_keys=False))
     try:
-        profiles.load(str(tmp))  # validate before it takes the real name
-    except HpcError:
-        tmp.unlink()
-        raise
-    os.replace(tmp, target)
+        with replacing(target.absolute(), new=True) as tmp:  # validated before it takes the real name
+            tmp.write_text(f"# Written by `hpc profile new`; see `hpc profile show {name}` for every key.\n"
+                           + yaml.safe_dump(data, sort_keys=False))
+            profiles.load(str(tmp))
+    except FileExistsError:
+        raise HpcError(f"{target} already exists", fix="choose another name or -o path; hpc never overwrites a "
+                       "profile") from None
     click.echo(f"wrote {target}")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hpc.cluster import folders, ownership
 from hpc.contract import layout
+from hpc.contract.atomic import atomic_write
 from hpc.errors import HpcError
 
 RECORD = layout.RECORD
@@ -120,16 +121,10 @@ def make_private_dirs(path: Path) -> None:
 def _write_new(path: Path, text: str) -> None:
     """Write a file that must not exist yet, through a temporary name: never half-written, never through a
     link someone put there, readable by this user only."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}-{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.link(tmp, path)  # fails if path exists: a record is never overwritten
+        atomic_write(path, text, mode=0o600, new=True)  # a record is never overwritten
     except FileExistsError:
         raise HpcError(f"{path} already exists", fix="this is a bug or a reused folder: report it") from None
-    finally:
-        tmp.unlink()
 
 
 def save(record: JobRecord) -> None:

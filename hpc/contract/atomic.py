@@ -24,11 +24,14 @@ def _umask_mode() -> int:
 
 
 @contextlib.contextmanager
-def replacing(path: str | os.PathLike, *, mode: int | None = None, fsync: bool = False) -> Iterator[Path]:
+def replacing(path: str | os.PathLike, *, mode: int | None = None, fsync: bool = False,
+              new: bool = False) -> Iterator[Path]:
     """Yield a private temp path to write ``path``'s new content at (and check it there); when the block ends
-    without an error it takes ``path``'s name, else it is removed."""
+    without an error it takes ``path``'s name, else it is removed. The temp name ends in ``path``'s suffix, so a
+    loader that goes by it reads the temp file as it will read the real one. ``new``: ``path`` must not exist;
+    if it does (made meanwhile too), FileExistsError and nothing is replaced."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}-{secrets.token_hex(4)}")
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}-{secrets.token_hex(4)}{path.suffix}")
     os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
     try:
         yield tmp
@@ -39,7 +42,11 @@ def replacing(path: str | os.PathLike, *, mode: int | None = None, fsync: bool =
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        if new:
+            os.link(tmp, path)  # fails where path exists: the check and the write are one step
+            tmp.unlink()
+        else:
+            os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -57,9 +64,10 @@ def append_whole(path: str | os.PathLike, text: str, *, mode: int = 0o600) -> No
 
 
 def atomic_write(path: str | os.PathLike, data: str | bytes, *, mode: int | None = None,
-                 fsync: bool = False) -> None:
-    """``path`` holds ``data`` afterwards, written whole (see the module's docstring)."""
-    with replacing(path, mode=mode, fsync=fsync) as tmp:
+                 fsync: bool = False, new: bool = False) -> None:
+    """``path`` holds ``data`` afterwards, written whole (see the module's docstring); with ``new``, only if it did
+    not exist (FileExistsError otherwise)."""
+    with replacing(path, mode=mode, fsync=fsync, new=new) as tmp:
         fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)

@@ -48,3 +48,18 @@ def test_append_whole_adds_whole_lines_and_a_new_file_gets_the_mode_asked(tmp_pa
     append_whole(path, "b 2\nc 3\n", mode=0o644)  # the file exists: its mode stays
     assert path.read_text() == "a 1\nb 2\nc 3\n"
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_new_never_replaces_a_file_there_before_or_made_meanwhile(tmp_path):
+    target = tmp_path / "job.yaml"
+    atomic_write(target, "a: 1\n", new=True)
+    assert target.read_text() == "a: 1\n"
+    with pytest.raises(FileExistsError):
+        atomic_write(target, "a: 2\n", new=True)
+    other = tmp_path / "profile.yaml"
+    with pytest.raises(FileExistsError), replacing(other, new=True) as tmp:
+        assert tmp.suffix == ".yaml" and tmp.name.startswith(".profile.yaml.tmp")  # a loader reads it as YAML
+        tmp.write_text("mine\n")
+        other.write_text("someone else's\n")  # made while ours was being checked
+    assert other.read_text() == "someone else's\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml", "profile.yaml"]  # no temp file left

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 import torch
 
+from hpc.contract.atomic import atomic_write
 from hpc.errors import HpcError
 from hpc.runtime.big_models.module_tensors import set_module_tensor_to_device
 
@@ -82,10 +83,7 @@ def save_offload_index(index: dict | None, offload_folder) -> None:
         with open(path, encoding="utf-8") as f:
             current = json.load(f)
     current.update(index)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
-        json.dump(current, f, indent=2)
-    os.replace(temporary, path)  # a reader never sees half an index
+    atomic_write(path, json.dumps(current, indent=2))  # a reader never sees half an index
 
 
 def offload_state_dict(save_dir, state_dict: dict) -> None:

@@ -8,6 +8,7 @@ not pass the signal on (torchrun's agent ignores USR1/USR2) still learn of it, a
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 from hpc.contract import layout
+from hpc.contract.atomic import atomic_write
 from hpc.errors import HpcError
 
 REQUEUE = 1  # the profile's warning signal (time limit, preemption notice): checkpoint, requeue, exit
@@ -146,12 +148,8 @@ def _count_requeue(count: int) -> None:
     path = _task_file(layout.TaskFile.REQUEUED)
     if path is None:
         return
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(f"{count}\n")
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        atomic_write(path, f"{count}\n")
 
 
 def _task_file(kind: str) -> Path | None:

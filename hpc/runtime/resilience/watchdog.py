@@ -19,7 +19,8 @@ per process is this module's while a watchdog runs (a program's own dump_traceba
 counts time the process spends stopped: a job suspended (scontrol suspend) for longer than the timeout is ended
 by it when it resumes.
 
-Only the standard library is imported: the module must not pull torch in (the login-node path never does).
+Only the standard library and hpc.contract (torch-free) are imported: the module must not pull torch in (the
+login-node path never does).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from hpc.contract.atomic import atomic_write
 
 # Distinctive, so `hpc status` and a reader of sacct can tell a declared hang: not 0, 1 (a Python error),
 # 2 (hpc's user errors, argparse), 124-127 (timeout(1), the shell) or above 128 (128+signal).
@@ -272,8 +275,8 @@ class HangWatchdog:
         summary_path = folder / "summary.txt"
         seen = _mtime(summary_path)  # before our report: a summary newer than this one can count it
         try:
-            _write_atomic(folder / f"rank{self.rank}.stack", stack)
-            _write_atomic(folder / f"rank{self.rank}.json", json.dumps(record) + "\n")
+            atomic_write(folder / f"rank{self.rank}.stack", stack)
+            atomic_write(folder / f"rank{self.rank}.json", json.dumps(record) + "\n")
         except OSError as e:
             _log(f"hang: {verdict}; cannot write the report to {folder}: {e}")
             return None
@@ -295,7 +298,7 @@ class HangWatchdog:
             return None
         summary = _summarize(reports, self._hosts(), self.world_size, folder)
         try:
-            _write_atomic(summary_path, summary + "\n")
+            atomic_write(summary_path, summary + "\n")
         except OSError as e:
             _log(f"hang: cannot write {summary_path}: {e}")
         self.wrote_summary = True
@@ -343,7 +346,7 @@ class HangWatchdog:
             for name in stale:
                 with contextlib.suppress(FileNotFoundError):
                     (folder / name).unlink()
-            _write_atomic(folder / f"rank{self.rank}.host", self.host + "\n")
+            atomic_write(folder / f"rank{self.rank}.host", self.host + "\n")
         except OSError as e:
             _log(f"hang watchdog: cannot use {folder} ({e}); a hang is reported on stderr only")
             self.report_dir = None
@@ -431,12 +434,6 @@ def _rank_of(name: str, suffix: str) -> int | None:
         return None
     digits = name[4:-len(suffix)]
     return int(digits) if digits.isdigit() else None
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _mtime(path: Path) -> int | None:
