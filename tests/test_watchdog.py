@@ -122,6 +122,19 @@ def worker_gloo_rank(rank: str, store: str, report_dir: str) -> None:
         time.sleep(0.01)
 
 
+def worker_error_after_the_hang_is_declared(report_dir: str) -> None:
+    """The main thread's wait breaks while the report is being made (as a peer that reported first and exited
+    breaks this rank's all_reduce): the process still ends with the hang's code, its report whole."""
+    wd = _watchdog_module().HangWatchdog(TIMEOUT, 0, 1, "hostA", report_dir,
+                                         before_exit=lambda why: time.sleep(1.0))  # a slow end of the report
+    wd.py_spy = None
+    wd.start()
+    wd.beat("all_reduce")
+    while not wd._declared:
+        time.sleep(0.02)
+    raise RuntimeError("Connection closed by peer [127.0.0.1]:45207")
+
+
 def stuck_in_plain_python() -> None:
     time.sleep(3600)
 
@@ -199,6 +212,16 @@ def test_a_process_that_stops_beating_dumps_its_stack_and_exits(tmp_path):
     assert code == HANG_EXIT_CODE, err
     assert "block_here_forever" in err and "rank 0 on hostA is not in a collective" in err
     assert not (tmp_path / "summary.txt").exists()
+
+
+def test_an_error_in_the_main_thread_after_the_hang_is_declared_still_ends_with_the_hangs_code(tmp_path):
+    report = tmp_path / "hang"
+    code, _, err = _finish(_start(tmp_path, "worker_error_after_the_hang_is_declared", str(report)), TIMEOUT + 30)
+    assert code == HANG_EXIT_CODE, err
+    after = err.split("hpc: hang: after it was declared, this rank's main thread ended with RuntimeError:\n")[1]
+    assert "in worker_error_after_the_hang_is_declared" in after  # its traceback, then the hang's own end
+    assert "RuntimeError: Connection closed by peer" in after and "ending the process (exit code 87)" in after
+    assert (report / "rank0.json").exists() and (report / "summary.txt").exists()
 
 
 def test_nothing_fires_before_the_first_beat_while_paused_after_stop_or_after_the_script(tmp_path):

@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -104,6 +105,7 @@ class HangWatchdog:
         self._backstop_at_fork: float | None = None
         self._stderr_fd: int | None = None
         self._started_wall = 0.0
+        self._declared = False  # a hang is declared: the thread is reporting it and will end the process
 
     # --- what the training loop calls ----------------------------------------------------------------
     def beat(self, what: str) -> None:
@@ -139,6 +141,7 @@ class HangWatchdog:
             if self.report_dir is not None:
                 self._prepare_report_dir()
             _register_fork_hooks()
+            _install_excepthook()
             _backstop_owner = self
             self._thread = threading.Thread(target=self._run, name="hpc-hang-watchdog", daemon=True)
             self._thread.start()
@@ -213,6 +216,7 @@ class HangWatchdog:
 
     # --- declaring the hang ----------------------------------------------------------------------------
     def _fire(self, label: str, since: float) -> None:
+        self._declared = True
         in_collective, where = _main_thread_position(self.world_size)
         stack, dumper = self._dump_stacks()
         me = f"rank {self.rank} on {self.host}"
@@ -480,6 +484,31 @@ def _ptrace_allowed() -> Iterator[None]:
         yield
     finally:
         libc.prctl(pr_set_ptracer, ctypes.c_ulong(0), 0, 0, 0)
+
+
+def _install_excepthook() -> None:
+    """Once a hang is declared, an error that ends the main thread meanwhile must not end the process before the
+    report does: a peer that reported first and exited breaks this rank's collective ("Connection closed by
+    peer"), and the rank would exit 1, its part of the report lost. The main thread then waits for the watchdog
+    thread, which ends the process with the hang's exit code. Chained, installed once per process."""
+    previous = sys.excepthook
+    if getattr(previous, "_hpc_waits_for_a_hang_report", False):
+        return
+
+    def hook(kind, value, tb):
+        owner = _backstop_owner
+        thread = owner._thread if owner is not None else None
+        if owner is None or not owner._declared or thread is None or thread is threading.current_thread():
+            return previous(kind, value, tb)
+        stream = sys.__stderr__ or sys.stderr  # not a buffer that a wrapping hook prints after this one returns
+        with contextlib.suppress(Exception):
+            stream.write(f"hpc: hang: after it was declared, this rank's main thread ended with {kind.__name__}:\n")
+            traceback.print_exception(kind, value, tb, file=stream)
+            stream.flush()
+        thread.join(timeout=_PY_SPY_TIMEOUT_S + 2 * owner._gather_s() + _BEFORE_EXIT_BUDGET_S + 5.0)
+
+    hook._hpc_waits_for_a_hang_report = True
+    sys.excepthook = hook
 
 
 def _register_fork_hooks() -> None:
