@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -65,8 +66,25 @@ class TaskState:
 
 
 class Slurm:
-    def __init__(self, run: Runner = _run):
+    # A question (squeue, sacct, scontrol show, sinfo) that the controller left unanswered is asked again after
+    # these waits: a busy controller drops some of its clients for a moment (each try may itself take SLURM's
+    # MessageTimeout). Requests that change something (sbatch, scancel, requeue) are never repeated: the first
+    # may have been carried out although its answer was lost.
+    RETRY_WAITS_S = (1.0, 3.0)
+
+    def __init__(self, run: Runner = _run, retry_waits: Sequence[float] | None = None):
         self.run = run
+        self.retry_waits = tuple(self.RETRY_WAITS_S if retry_waits is None else retry_waits)
+
+    def _ask(self, argv: Sequence[str]) -> "subprocess.CompletedProcess[str]":
+        """Run a question; asked again while the controller does not answer (the last answer is returned)."""
+        proc = self.run(argv)
+        for wait in self.retry_waits:
+            if proc.returncode == 0 or not not_answering(_message(proc)):
+                break
+            time.sleep(wait)
+            proc = self.run(argv)
+        return proc
 
     def _ok(self, argv: Sequence[str]) -> str:
         proc = self.run(argv)
@@ -92,7 +110,7 @@ class Slurm:
     def queue(self, job_ids: str) -> dict[str, tuple[str, str, str]]:
         """Live jobs and array tasks of any number of jobs (``"12,15"``), in one call:
         ``12`` or ``15_3`` -> (state, raw job id, reason)."""
-        proc = self.run(["squeue", "-h", "-r", "-j", job_ids, "-o", QUEUE_FORMAT])
+        proc = self._ask(["squeue", "-h", "-r", "-j", job_ids, "-o", QUEUE_FORMAT])
         if proc.returncode != 0:
             if "Invalid job id" in proc.stderr:
                 return {}  # finished and forgotten
@@ -101,7 +119,7 @@ class Slurm:
 
     def accounting_source(self) -> str | None:
         """Where finished jobs are kept: 'dbd' (slurmdbd), 'jobcomp' (the job completion file), 'none'."""
-        proc = self.run(["scontrol", "show", "config"])
+        proc = self._ask(["scontrol", "show", "config"])
         if proc.returncode != 0:
             return None
         conf = {k.strip(): v.strip() for k, _, v in (line.partition("=") for line in proc.stdout.splitlines())}
@@ -120,9 +138,9 @@ class Slurm:
         fields = ["-n", "-P", "-j", ",".join(ids), "-o", ACCOUNTING_FIELDS]
         proc = None
         if source in (None, "dbd"):
-            proc = self.run([*EPOCH, "sacct", "-X", *fields])
+            proc = self._ask([*EPOCH, "sacct", "-X", *fields])
         if source == "jobcomp" or source is None and (proc.returncode != 0 or not proc.stdout.strip()):
-            proc = self.run([*EPOCH, "sacct", "-c", *fields])
+            proc = self._ask([*EPOCH, "sacct", "-c", *fields])
         if proc is None or proc.returncode != 0:
             return {}
         return parse_accounting(proc.stdout)
@@ -136,13 +154,13 @@ class Slurm:
 
     def preempted(self, job_id: str) -> bool:
         """Whether a running job was chosen for preemption (``PreemptTime`` set; SLURM 20.11+)."""
-        proc = self.run(["scontrol", "show", "job", "-o", job_id])
+        proc = self._ask(["scontrol", "show", "job", "-o", job_id])
         fields = dict(item.split("=", 1) for item in proc.stdout.split() if "=" in item) if proc.returncode == 0 else {}
         return fields.get("JobState") == "RUNNING" and fields.get("PreemptTime", "None") not in ("None", "Unknown")
 
     def partition(self, name: str | None) -> dict[str, str] | None:
         """``scontrol show partition NAME -o`` as a dict (the default partition when NAME is None)."""
-        proc = self.run(["scontrol", "show", "partition", "-o"] + ([name] if name else []))
+        proc = self._ask(["scontrol", "show", "partition", "-o"] + ([name] if name else []))
         if proc.returncode != 0:
             if "not found" in _message(proc):
                 return None
@@ -155,7 +173,7 @@ class Slurm:
         return None
 
     def partition_gres(self, name: str) -> str:
-        proc = self.run(["sinfo", "-h", "-p", name, "-o", "%G"])
+        proc = self._ask(["sinfo", "-h", "-p", name, "-o", "%G"])
         if proc.returncode != 0:
             raise self._failure(["sinfo"], proc)
         return proc.stdout.strip()

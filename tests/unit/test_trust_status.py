@@ -307,14 +307,45 @@ def test_submit_during_an_outage_names_the_outage_not_a_missing_partition(tmp_pa
 
 def test_the_partition_check_tells_an_outage_from_an_answer():
     timed_out = (1, "", "slurm_load_partitions error: Socket timed out on send/recv operation\n")
+    down = Recorded([(["scontrol"], timed_out)])
     with pytest.raises(ControllerDown):
-        check_fits(Slurm(Recorded([(["scontrol"], timed_out)])), "debug", 1, "10", 0)
+        check_fits(Slurm(down, retry_waits=(0, 0)), "debug", 1, "10", 0)
+    assert len(down.calls) == 3  # asked again twice before the outage is the answer
     with pytest.raises(HpcError, match="partition 'gpu' does not exist"):
         check_fits(Slurm(Recorded([(["scontrol"], (1, "", "Partition gpu not found\n"))])), "gpu", 1, "10", 0)
     refused = (1, "", "sinfo: error: Unable to contact slurm controller (connect failure)\n")
     up = (0, "PartitionName=debug State=UP TotalNodes=3 MaxNodes=UNLIMITED MaxTime=UNLIMITED\n", "")
     with pytest.raises(ControllerDown):
-        check_fits(Slurm(Recorded([(["scontrol"], up), (["sinfo"], refused)])), "debug", 1, "10", 1)
+        check_fits(Slurm(Recorded([(["scontrol"], up), (["sinfo"], refused)]), retry_waits=()), "debug", 1, "10", 1)
+
+
+class Answers:
+    """SLURM's answers in turn, one per call (the last one repeated); keeps the calls."""
+
+    def __init__(self, *answers):
+        self.answers, self.calls = list(answers), []
+
+    def __call__(self, argv):
+        self.calls.append(list(argv))
+        rc, out, err = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return subprocess.CompletedProcess(argv, rc, out, err)
+
+
+def test_a_question_the_busy_controller_dropped_is_asked_again_but_a_request_never():
+    timed_out = (1, "", "slurm_load_partitions error: Socket timed out on send/recv operation\n")
+    up = (0, "PartitionName=debug State=UP TotalNodes=3 MaxNodes=UNLIMITED MaxTime=UNLIMITED\n", "")
+    answers = Answers(timed_out, up)
+    check_fits(Slurm(answers, retry_waits=(0, 0)), "debug", 2, "10", 0)  # the second try answers: no error
+    assert len(answers.calls) == 2
+    for request, argv in (("cancel", ["12"]), ("requeue", ["12"])):
+        sent = Answers((1, "", "scancel: error: Socket timed out on send/recv operation\n"))
+        with pytest.raises(ControllerDown):
+            getattr(Slurm(sent, retry_waits=(0, 0)), request)(*argv)
+        assert len(sent.calls) == 1, request  # it may have been carried out: never sent twice
+    sent = Answers((1, "", "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation\n"))
+    with pytest.raises(ControllerDown):
+        Slurm(sent, retry_waits=(0, 0)).submit_argv(["sbatch", "--parsable", "/j/job.sbatch"])
+    assert len(sent.calls) == 1
 
 
 def test_wait_rides_out_an_outage_says_so_once_and_is_bounded_by_its_timeout(tmp_path, no_cache, monkeypatch):
