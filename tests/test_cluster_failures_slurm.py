@@ -68,13 +68,17 @@ def test_preempted_jobs_checkpoint_requeue_and_resume_bitwise_with_and_without_g
 
 
 def assert_preempted_once_and_resumed(project: Path, jobs: list[Job], want: dict) -> None:
-    """Each job ended bitwise equal to the straight run after one preemption; a job whose name starts with
-    "grace" was requeued by its job script, any other by SLURM alone."""
+    """Each job ended bitwise equal to the straight run after its preemption; a job whose name starts with
+    "grace" was requeued by its job script, any other by SLURM alone. On a busy machine SLURM may start a requeued
+    job again before the preemptor has all its nodes, and preempt it once more before its first step (seen): each
+    preemption is then one more requeue."""
     for job in jobs:
         done = _finish(project, job, want)  # also `hpc wait`
-        assert [a[0] for a in done["result"]["attempts"]] == [0, 1], (job.name, done["result"]["attempts"])
+        requeues = [a[0] for a in done["result"]["attempts"]]
+        assert requeues[0] == 0 and len(requeues) >= 2, (job.name, done["result"]["attempts"])
         if job.name.startswith("grace"):
-            assert "stop requested (TERM)" in done["logs"] and "requeued SLURM job" in done["logs"], done["logs"]
+            assert "stop requested (TERM)" in done["logs"], done["logs"]
+            assert done["logs"].count("requeued SLURM job") == requeues[-1], done["logs"]
             assert "(preempted at " in done["logs"], done["logs"]
         else:  # SLURM requeued it; the job script must not requeue it a second time
             assert "requeued SLURM job" not in done["logs"], done["logs"]

@@ -66,10 +66,12 @@ class TaskState:
 
 
 class Slurm:
-    # A question (squeue, sacct, scontrol show, sinfo) that the controller left unanswered is asked again after
-    # these waits: a busy controller drops some of its clients for a moment (each try may itself take SLURM's
-    # MessageTimeout). Requests that change something (sbatch, scancel, requeue) are never repeated: the first
-    # may have been carried out although its answer was lost.
+    # A one-off question (the partition checks before a submit, whether a job was preempted) that the controller
+    # left unanswered is asked again after these waits: a busy controller drops some of its clients for a moment
+    # (each try may itself take SLURM's MessageTimeout). The state questions (squeue, sacct) are not: `hpc wait`
+    # and `hpc status` ride out an outage themselves and say so (hpc.cluster.status.Outage). Requests that change
+    # something (sbatch, scancel, requeue) are never repeated: the first may have been carried out although its
+    # answer was lost.
     RETRY_WAITS_S = (1.0, 3.0)
 
     def __init__(self, run: Runner = _run, retry_waits: Sequence[float] | None = None):
@@ -110,7 +112,7 @@ class Slurm:
     def queue(self, job_ids: str) -> dict[str, tuple[str, str, str]]:
         """Live jobs and array tasks of any number of jobs (``"12,15"``), in one call:
         ``12`` or ``15_3`` -> (state, raw job id, reason)."""
-        proc = self._ask(["squeue", "-h", "-r", "-j", job_ids, "-o", QUEUE_FORMAT])
+        proc = self.run(["squeue", "-h", "-r", "-j", job_ids, "-o", QUEUE_FORMAT])
         if proc.returncode != 0:
             if "Invalid job id" in proc.stderr:
                 return {}  # finished and forgotten
@@ -119,7 +121,7 @@ class Slurm:
 
     def accounting_source(self) -> str | None:
         """Where finished jobs are kept: 'dbd' (slurmdbd), 'jobcomp' (the job completion file), 'none'."""
-        proc = self._ask(["scontrol", "show", "config"])
+        proc = self.run(["scontrol", "show", "config"])
         if proc.returncode != 0:
             return None
         conf = {k.strip(): v.strip() for k, _, v in (line.partition("=") for line in proc.stdout.splitlines())}
@@ -138,9 +140,9 @@ class Slurm:
         fields = ["-n", "-P", "-j", ",".join(ids), "-o", ACCOUNTING_FIELDS]
         proc = None
         if source in (None, "dbd"):
-            proc = self._ask([*EPOCH, "sacct", "-X", *fields])
+            proc = self.run([*EPOCH, "sacct", "-X", *fields])
         if source == "jobcomp" or source is None and (proc.returncode != 0 or not proc.stdout.strip()):
-            proc = self._ask([*EPOCH, "sacct", "-c", *fields])
+            proc = self.run([*EPOCH, "sacct", "-c", *fields])
         if proc is None or proc.returncode != 0:
             return {}
         return parse_accounting(proc.stdout)
