@@ -38,8 +38,8 @@ finish() {
   exit "$1"
 }
 notice started "on $(hostname), 2 process(es)" started
-# SLURM signals the batch shell (USR1, 120 s before the time limit; TERM on
-# cancel or preemption): note it in HPC_STOP_FILE (read by ranks whose launcher does not pass it on) and hand it
+# The scheduler (SLURM, or hpc's local runner) signals this shell (USR1, 120 s before the time
+# limit; TERM on cancel or preemption): note it in HPC_STOP_FILE (read by ranks whose launcher does not pass it on) and hand it
 # to the job step, whose processes checkpoint and stop.
 # Each process starts with USR1 ignored: a program that does not handle it keeps running to the
 # limit instead of dying early; hpc's runtime installs its own handler.
