@@ -138,22 +138,21 @@ def write_job_file(data: dict, target: Path, header: str) -> None:
     import yaml
 
     from hpc.cluster.config import precedence
-
-    if target.exists():
-        raise HpcError(f"{target} already exists", fix="remove it first, or write elsewhere with -o; hpc never "
-                       "overwrites a job file")
-    target.parent.mkdir(parents=True, exist_ok=True)
     from hpc.cluster.config.schema import JobSpec
     from hpc.contract.validate import check_field
 
+    taken = HpcError(f"{target} already exists", fix="remove it first, or write elsewhere with -o; hpc never "
+                     "overwrites a job file")
+    if target.exists():  # before the folder is made or the content checked
+        raise taken
+    target.parent.mkdir(parents=True, exist_ok=True)
     try:
         with replacing(target.absolute(), new=True) as tmp:  # checked before it takes the real name
             tmp.write_text(header + (yaml.safe_dump(data, sort_keys=False) if data else "{}\n"))
             for key, value in precedence.job_file_layer(tmp).values.items():  # unknown keys refused here
                 check_field(JobSpec, key, value, str(target), key)
-    except FileExistsError:
-        raise HpcError(f"{target} already exists", fix="remove it first, or write elsewhere with -o; hpc never "
-                       "overwrites a job file") from None
+    except FileExistsError:  # made meanwhile
+        raise taken from None
 
 
 def _target(out: str | None) -> Path:

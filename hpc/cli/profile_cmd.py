@@ -145,15 +145,15 @@ def new(name, out, yes, **answers):
         data["modules"] = [m.strip() for m in answers["modules"].split(",") if m.strip()]
     data["preemption"] = {"signal": answers["signal"], "lead_time": answers["lead_time"], "requeue": True}
     target = Path(out) if out else Path("cluster_configs") / f"{name}.yaml"
-    if target.exists():
-        raise HpcError(f"{target} already exists", fix="choose another name or -o path; hpc never overwrites a profile")
+    taken = HpcError(f"{target} already exists", fix="choose another name or -o path; hpc never overwrites a profile")
+    if target.exists():  # before the folder is made or the profile checked
+        raise taken
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         with replacing(target.absolute(), new=True) as tmp:  # validated before it takes the real name
             tmp.write_text(f"# Written by `hpc profile new`; see `hpc profile show {name}` for every key.\n"
                            + yaml.safe_dump(data, sort_keys=False))
             profiles.load(str(tmp))
-    except FileExistsError:
-        raise HpcError(f"{target} already exists", fix="choose another name or -o path; hpc never overwrites a "
-                       "profile") from None
+    except FileExistsError:  # made meanwhile
+        raise taken from None
     click.echo(f"wrote {target}")

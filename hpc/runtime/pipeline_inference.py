@@ -308,7 +308,7 @@ class _PipelinedForward:
     """The model's forward after prepare_pippy: every rank calls it, the first rank's inputs go in."""
 
     def __init__(self, schedule, state: PartialState, example: tuple, capacity: int, gather_output: bool,
-                 output_spec=None):
+                 output_spec):
         self.schedule, self.state, self.capacity, self.gather_output = schedule, state, capacity, bool(gather_output)
         self.output_spec = output_spec
         self.example = _layout(*example)
