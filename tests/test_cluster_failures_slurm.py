@@ -5,6 +5,8 @@ then 30 s to finish, and SLURM does not requeue a job that ends inside them)).
 Every interrupted training must end bitwise equal to the same training run straight through.
 """
 
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -129,6 +131,28 @@ def test_a_lost_node_ends_the_attempt_within_a_minute_and_the_next_excludes_it(p
         subprocess.run([str(SLURM_LOCAL), "revive-node", victim], capture_output=True, timeout=180)
 
 
+def test_a_controller_that_stops_answering_as_a_task_fails_does_not_make_a_live_node_lost(project, slurm):
+    """Rank 0 fails while rank 1 sleeps (no end of its own), and the controller stops answering at once, as a
+    busy one does: srun's kill of the step and the job script's probes of rank 1's node wait for it. A probe
+    that failed then proves nothing: the node is probed again once the controller answers, and the job ends
+    FAILED, its node not taken for lost and the job not requeued (it did, and ran again to COMPLETED)."""
+    job = Job(project, "paused", {**SPEC, "crash_at": 5, "crash_rank": 0, "block_at": 5, "block_rank": 1}, [],
+              ["-N", "2", "--ntasks-per-node", "1"])
+    _wait_until("rank 0 to fail", (project / "paused" / "crashed_at").exists, 240)
+    controller = int((Path(slurm).parents[1] / "run" / "slurmctld.pid").read_text())
+    os.kill(controller, signal.SIGSTOP)
+    try:  # past the first probe: lost_nodes.after (6 s) and probe_timeout (8 s) in slurm-local.yaml
+        time.sleep(25)
+    finally:
+        os.kill(controller, signal.SIGCONT)
+    proc = hpc(project, "wait", job.id, timeout=240)
+    logs = hpc(project, "logs", "--all", job.id, check=True).stdout
+    assert proc.returncode != 0 and "FAILED" in proc.stdout, proc.stdout + logs[-3000:]
+    assert "stopped answering" not in logs and "requeued" not in logs, logs[-3000:]
+    assert not status(project, job.id).get("lost_nodes"), status(project, job.id)
+    assert job._restarts() == 0
+
+
 @pytest.mark.parametrize("requeue", [False, True], ids=["ends", "requeues"])
 def test_a_hung_rank_is_named_with_every_stack_and_the_job_ends_or_requeues_long_before_torchs_timeout(project,
                                                                                                      requeue):
@@ -155,9 +179,9 @@ def test_a_hung_rank_is_named_with_every_stack_and_the_job_ends_or_requeues_long
         assert "requeued SLURM job" in done["logs"] and "(hang" in done["logs"], done["logs"]
     else:
         proc = hpc(project, "wait", job.id, timeout=120)
-        assert proc.returncode != 0 and "FAILED" in proc.stdout, proc.stdout
-        assert time.time() - float(blocked.read_text()) < 60
         logs = hpc(project, "logs", "--all", job.id, check=True).stdout
+        assert proc.returncode != 0 and "FAILED" in proc.stdout, proc.stdout + logs[-3000:]
+        assert time.time() - float(blocked.read_text()) < 60
         stacks = summary_file.parent
         assert "train" in (stacks / "rank1.stack").read_text()  # where rank 1 is stuck (py-spy or faulthandler)
         # rank 0 waits for it in its next collective (the gradient reduction of its next backward)

@@ -57,7 +57,8 @@ class Remote(_Repr):
 class LostNodes(_Repr):
     """How the job script tells a dead node from a slow end: once a task has failed and the step is still there
     ``after`` s later, each node none of whose tasks ended is probed (``srun -w NODE true``); one that does not
-    answer within ``probe_timeout`` s is lost, and the next attempt excludes it."""
+    answer within ``probe_timeout`` s, twice (the second once the controller answers: a busy one fails probes
+    too), is lost, and the next attempt excludes it."""
 
     after: int = _check(checks.positive, default=20)
     probe_timeout: int = _check(checks.positive, default=10)
