@@ -141,8 +141,9 @@ def test_a_controller_that_stops_answering_as_a_task_fails_does_not_make_a_live_
     _wait_until("rank 0 to fail", (project / "paused" / "crashed_at").exists, 240)
     controller = int((Path(slurm).parents[1] / "run" / "slurmctld.pid").read_text())
     os.kill(controller, signal.SIGSTOP)
-    try:  # past the first probe: lost_nodes.after (6 s) and probe_timeout (8 s) in slurm-local.yaml
-        time.sleep(25)
+    try:  # until the job script's first probe of rank 1's node (lost_nodes.after: 6 s) has failed (8 s)
+        _wait_until("the first probe", _probing, 60)
+        _wait_until("the first probe to fail", lambda: not _probing(), 60)
     finally:
         os.kill(controller, signal.SIGCONT)
     proc = hpc(project, "wait", job.id, timeout=240)
@@ -151,6 +152,12 @@ def test_a_controller_that_stops_answering_as_a_task_fails_does_not_make_a_live_
     assert "stopped answering" not in logs and "requeued" not in logs, logs[-3000:]
     assert not status(project, job.id).get("lost_nodes"), status(project, job.id)
     assert job._restarts() == 0
+
+
+def _probing() -> bool:
+    """Whether a job script is probing a node (`srun --overlap -N1 -n1 -w NODE true`)."""
+    found = subprocess.run(["pgrep", "-f", "srun --overlap -N1 -n1 -w .* true"], capture_output=True, text=True)
+    return found.returncode == 0
 
 
 @pytest.mark.parametrize("requeue", [False, True], ids=["ends", "requeues"])
