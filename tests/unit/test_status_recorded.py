@@ -123,3 +123,16 @@ def test_array_tasks_that_never_started_share_one_accounting_row(tmp_path):
                       "30_[2-5]|30|CANCELLED by 0|0:0|None\n")
     assert {t: s.state for t, s in b.states([job])[job.job_dir].items()} == {
         "0": "COMPLETED", "1": "COMPLETED", "2": "CANCELLED", "3": "CANCELLED", "4": "CANCELLED", "5": "CANCELLED"}
+
+
+def test_a_job_that_shrank_is_read_by_its_last_row_not_its_resizing_one(tmp_path):
+    """A job that gave nodes back (vetting releasing its spares) has a RESIZING row in the jobcomp file, with the
+    same start as the COMPLETED row written after it; a requeued one has one more pair. Recorded from slurm-local
+    (SLURM 22.05): `hpc wait` read RESIZING and waited for ever."""
+    shrank, requeued = record(tmp_path, "81"), record(tmp_path, "82")
+    at = f"{SUBMITTED + 7:.0f}"
+    again = f"{SUBMITTED + 21:.0f}"
+    b = backend(sacct=f"81|81|RESIZING|0:0|{at}\n81|81|COMPLETED|0:0|{at}\n"
+                      f"82|82|RESIZING|0:0|{at}\n82|82|PENDING|0:0|{at}\n82|82|RESIZING|0:0|{again}\n"
+                      f"82|82|FAILED|1:0|{again}\n", source="jobcomp")
+    assert states(b, shrank, requeued) == [{"0": ("COMPLETED", 0)}, {"0": ("FAILED", 1)}]

@@ -243,9 +243,16 @@ class Facts:
 
 
 def _newest_since(rows: list[tuple[TaskState, float | None]], since: float) -> TaskState | None:
-    """An older job that had the same id (a reset cluster) is not this one; SLURM's times are whole seconds."""
-    fresh = [(start or 0, state) for state, start in rows if start is None or start >= since - 2]
-    return max(fresh, key=lambda item: item[0])[1] if fresh else None
+    """An older job that had the same id (a reset cluster) is not this one; SLURM's times are whole seconds.
+    Rows come in the order SLURM wrote them: of those with the newest start the last one is the job's end (a job
+    that shrank has a RESIZING row with the same start as its COMPLETED one)."""
+    newest: tuple[float, TaskState] | None = None
+    for state, start in rows:
+        if start is not None and start < since - 2:
+            continue
+        if newest is None or (start or 0) >= newest[0]:
+            newest = (start or 0, state)
+    return newest[1] if newest else None
 
 
 def decide(record: JobRecord, acct: TaskState | None, own: TaskState | None) -> TaskState:
