@@ -15,6 +15,16 @@ from tests.jobhelpers import TOKEN, Webhook, hpc, status, submit
 pytestmark = pytest.mark.slurm
 HERE = Path(__file__).parent
 HELLO = HERE.parent / "scripts" / "examples" / "hello_ranks.py"
+# each rank says where it runs and what SLURM says the job holds now; with "requeue-once" rank 0 asks to run again
+ALLOCATION = """import os, socket, subprocess, sys
+rank, attempt = int(os.environ["RANK"]), int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+held, count = subprocess.run(["squeue", "-h", "-j", os.environ["SLURM_JOB_ID"], "-o", "%N %D"],
+                             capture_output=True, text=True, check=True).stdout.split()
+print(f"rank={rank} host={socket.gethostname()} attempt={attempt} holds={held} nodes={count}", flush=True)
+if rank == 0 and attempt == 0 and sys.argv[1:] == ["requeue-once"]:
+    with open(os.environ["HPC_REQUEUE_FILE"], "w") as f:
+        f.write("the test asks once")
+"""
 
 
 @pytest.fixture
@@ -27,6 +37,7 @@ def webhook():
 @pytest.fixture
 def project(slurm, tmp_path):
     shutil.copy(HELLO, tmp_path)
+    (tmp_path / "allocation.py").write_text(ALLOCATION)
     shutil.copy(HERE / "stall_worker.py", tmp_path)
     shutil.copy(HERE / "straggler_worker.py", tmp_path)
     # windows of 4 steps, however short: a 16-step job is judged 4 times
@@ -53,12 +64,14 @@ def test_a_spare_takes_a_bad_nodes_place_and_without_one_the_job_requeues_withou
     _bad("node2")
     # one spare: the job asks for 3 nodes and starts at once on the 2 good ones
     spared = submit(project, "-p", "./vetted.yaml", "-N", "2", "--spare-nodes", "1", "--notify", webhook.url,
-                    "hello_ranks.py")
+                    "allocation.py")
     done = hpc(project, "wait", spared["job_id"], timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     logs = hpc(project, "logs", "--all", spared["job_id"], check=True).stdout
     assert _ranks_hosts(logs) == {"node1", "node3"}, logs
     assert "node node2 excluded: health_check" in logs and "requeued" not in logs, logs
+    # the left-out node went back to the cluster before the ranks started (node1 runs the job script)
+    assert "vetting: released node(s) node2 to the cluster" in logs and "holds=node[1,3]" in logs, logs
     info = status(project, spared["job_id"])
     assert [n["node"] for n in info["excluded_nodes"]] == ["node2"], info
     assert "excluded node(s): node2 (vetting: health_check" in hpc(project, "status", spared["job_id"],
@@ -76,6 +89,23 @@ def test_a_spare_takes_a_bad_nodes_place_and_without_one_the_job_requeues_withou
     logs = hpc(project, "logs", "--all", plain["job_id"], check=True).stdout
     assert "vetting: fewer than 2 nodes fit to run" in logs and "next attempt excludes node2" in logs, logs
     assert _ranks_hosts(logs) == {"node1", "node3"}, logs
+
+
+def test_a_requeued_job_whose_spare_went_back_asks_for_it_again(project):
+    """Vetting gives the spare back to the cluster for the attempt; the requeued job gets N + K nodes again, and
+    vets them all (on a SLURM that started it on N, the next attempt would have no spare)."""
+    job = submit(project, "-p", "./vetted.yaml", "-N", "2", "--spare-nodes", "1", "allocation.py", "--",
+                 "requeue-once")
+    done = hpc(project, "wait", job["job_id"], timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    logs = hpc(project, "logs", "--all", job["job_id"], check=True).stdout
+    assert "requeued SLURM job" in logs and logs.count("released node(s)") == 2, logs
+    for attempt in (0, 1):  # every rank of each attempt (2 nodes, 2 ranks a node) saw a job of two nodes
+        counts = [line.split("nodes=")[1] for line in logs.splitlines() if f"attempt={attempt} holds=" in line]
+        assert counts == ["2"] * 4, logs
+    # each attempt vetted all three nodes: "starting on A, B (node1 ... GB/s, node2 ..., node3 ...)"
+    vetted = [line for line in logs.splitlines() if "vetting: starting on" in line]
+    assert len(vetted) == 2 and all(line.count(" GFLOP/s") == 3 for line in vetted), vetted
 
 
 def test_a_job_whose_checkpoint_stops_advancing_stops_requeueing(project, webhook):

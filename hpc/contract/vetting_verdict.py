@@ -76,13 +76,15 @@ def _mark_slow(verdicts: list[Verdict], attr: str, words: str, relative_speed: f
             v.slow.append(words.format(value=value, share=value / median))
 
 
-def choose(verdicts: list[Verdict], needed: int) -> list[Verdict] | None:
+def choose(verdicts: list[Verdict], needed: int, held: str | None = None) -> list[Verdict] | None:
     """The ``needed`` nodes to start on, in allocation order: fit ones first (the fastest, if more are fit than
-    needed), then slow ones if the job cannot start without them; None when even that is too few."""
+    needed), then slow ones if the job cannot start without them; None when even that is too few. ``held``, the
+    node that runs the job script, stays allocated whatever is chosen: when fit it goes first, so that the spare
+    given back is another node."""
     usable = [v for v in verdicts if not v.bad]
     if len(usable) < needed:
         return None
-    ranked = sorted(usable, key=lambda v: (not v.fit, -(v.compute or 0), -(v.bandwidth or 0)))
+    ranked = sorted(usable, key=lambda v: (not v.fit, v.host != held, -(v.compute or 0), -(v.bandwidth or 0)))
     chosen = {id(v) for v in ranked[:needed]}
     return [v for v in verdicts if id(v) in chosen]
 

@@ -102,6 +102,10 @@ def test_the_job_starts_on_fit_nodes_in_allocation_order_the_fastest_first_and_s
     assert [v.host for v in select.choose(verdicts, 3)] == ["n1", "n3", "n5"]
     assert [v.host for v in select.choose(verdicts, 4)] == ["n1", "n3", "n4", "n5"]  # the slow one, needed
     assert select.choose(verdicts, 5) is None  # the bad one never
+    # the node running the job script stays allocated anyway: when fit it is used, and a faster spare goes back
+    assert [v.host for v in select.choose(verdicts, 2, held="n1")] == ["n1", "n3"]
+    assert [v.host for v in select.choose(verdicts, 2, held="n4")] == ["n3", "n5"]  # slow: not used for that
+    assert [v.host for v in select.choose(verdicts, 2, held="n2")] == ["n3", "n5"]  # bad: never
 
 
 def _select(tmp_path, reports: dict, needed: int) -> subprocess.CompletedProcess:

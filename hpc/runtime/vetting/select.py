@@ -10,6 +10,7 @@ needs it, named as such.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -38,7 +39,8 @@ def main(argv: list[str]) -> int:
     folder, needed, hosts = Path(argv[0]), int(argv[1]), argv[2:]
     config = runtime_config.current_config() or runtime_config.RuntimeConfig()
     verdicts = judge(read_reports(folder, hosts), config.vetting.relative_speed, config.vetting.min_bandwidth)
-    chosen = choose(verdicts, needed)
+    # the node this runs on runs the job script: it stays allocated, so it is worth using
+    chosen = choose(verdicts, needed, held=os.environ.get("SLURMD_NODENAME"))
     picked = {v.host for v in chosen or []}
     for v in verdicts:
         if v.bad:
