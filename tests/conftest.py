@@ -69,10 +69,11 @@ def slurm():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under xdist (pyproject's `-n 2 --dist loadgroup`): a module's tests stay together on one worker (its module
-    fixtures, often a launch of ranks, are built once), and every module that uses the SLURM cluster runs on one
-    and the same worker, one test after another, as the cluster's nodes, partitions and preemption are shared."""
-    slurm_modules = {item.module.__name__ for item in items if item.get_closest_marker("slurm")}
+    """Under xdist (pyproject's `-n 2 --dist loadgroup`): every test that uses the SLURM cluster runs on one and
+    the same worker, one after another, as the cluster's nodes, partitions and preemption are shared; every other
+    test stays with its module's (its module fixtures, often a launch of ranks, are built once). Not whole modules
+    to the SLURM worker: test_strategies has 2 SLURM tests and 28 CPU-bound others, which made that worker the
+    longer one by minutes."""
     for item in items:
-        module = item.module.__name__
-        item.add_marker(pytest.mark.xdist_group("slurm" if module in slurm_modules else module))
+        on_slurm = item.get_closest_marker("slurm") is not None or "slurm" in getattr(item, "fixturenames", ())
+        item.add_marker(pytest.mark.xdist_group("slurm" if on_slurm else item.module.__name__))
