@@ -15,6 +15,7 @@ import pytest
 
 from tests.jobhelpers import hpc, status
 from tests.test_preemption_slurm import Job, _finish, _start_straight_runs, _straight_results, project  # noqa: F401
+from tests.test_trust_slurm import _controller_pid
 
 pytestmark = pytest.mark.slurm
 SLURM_LOCAL = Path(__file__).parents[1] / "scripts" / "slurm-local"
@@ -139,7 +140,7 @@ def test_a_controller_that_stops_answering_as_a_task_fails_does_not_make_a_live_
     job = Job(project, "paused", {**SPEC, "crash_at": 5, "crash_rank": 0, "block_at": 5, "block_rank": 1}, [],
               ["-N", "2", "--ntasks-per-node", "1"])
     _wait_until("rank 0 to fail", (project / "paused" / "crashed_at").exists, 240)
-    controller = int((Path(slurm).parents[1] / "run" / "slurmctld.pid").read_text())
+    controller = _controller_pid(slurm)
     os.kill(controller, signal.SIGSTOP)
     try:  # until the job script's first probe of rank 1's node (lost_nodes.after: 6 s) has failed (8 s)
         _wait_until("the first probe", _probing, 60)

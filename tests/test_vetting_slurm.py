@@ -5,13 +5,13 @@ each. `scripts/slurm-local bad-node NODE` makes a node's health check fail while
 import json
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import SLURM_LOCAL
 from tests.jobhelpers import TOKEN, Webhook, hpc, status, submit
+from tests.test_cluster_failures_slurm import _wait_until
 
 pytestmark = pytest.mark.slurm
 HERE = Path(__file__).parent
@@ -129,10 +129,7 @@ def test_a_job_on_a_slow_node_names_it(project, webhook):
     go = project / "go"
     job = submit(project, "-p", "./windows.yaml", "-N", "2", "--nproc", "1", "-w", "node1,node2", "--notify",
                  webhook.url, "straggler_worker.py", "--", "12", str(go))
-    deadline = time.monotonic() + 180
-    while not all(Path(f"{go}.ready{rank}").exists() for rank in (0, 1)):
-        assert time.monotonic() < deadline, "the ranks did not get set up"
-        time.sleep(0.2)
+    _wait_until("the ranks to be set up", lambda: all(Path(f"{go}.ready{rank}").exists() for rank in (0, 1)), 180)
     subprocess.run([str(SLURM_LOCAL), "slow-node", "node2", "15"], check=True, capture_output=True, timeout=60)
     go.touch()
     done = hpc(project, "wait", job["job_id"], timeout=240)
