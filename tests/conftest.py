@@ -68,6 +68,7 @@ def slurm():
         subprocess.run([str(SLURM_LOCAL), "down"], capture_output=True, timeout=120)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups as it runs
 def pytest_collection_modifyitems(config, items):
     """Under xdist (pyproject's `-n 2 --dist loadgroup`): every test that uses the SLURM cluster runs on one and
     the same worker, one after another, as the cluster's nodes, partitions and preemption are shared; every other
@@ -75,9 +76,8 @@ def pytest_collection_modifyitems(config, items):
     to the SLURM worker: test_strategies has 2 SLURM tests and 28 CPU-bound others, which made that worker the
     longer one by minutes.
 
-    NOT IN EFFECT with pytest 9.2 and xdist 3.8 (found 2026-11-26): xdist turns these marks into an `@group` suffix
-    of `item._nodeid`, while pytest 9 reads a node's id from `item._id`, so every test is scheduled on its own:
-    SLURM tests do run on both workers at once, and module fixtures are built on each. See docs/development.md."""
+    Checked by tests/unit/test_xdist_groups.py: pytest 9.2 with xdist 3.8 ignores the groups (pyproject pins
+    pytest<9), and without tryfirst this hook ran after xdist had read them."""
     for item in items:
         on_slurm = item.get_closest_marker("slurm") is not None or "slurm" in getattr(item, "fixturenames", ())
         item.add_marker(pytest.mark.xdist_group("slurm" if on_slurm else item.module.__name__))
