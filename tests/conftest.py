@@ -20,6 +20,18 @@ def in_tmp(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Each test starts with the worker's environment as the one before it found it: a test that starts an
+    Accelerator in this process exports RANK, NODE_RANK, ... into os.environ (one left NODE_RANK=0 for a later
+    test's srun launch, under xdist's groups)."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def hpc_cmd(*args):
     return [sys.executable, "-m", "hpc", *args]
 

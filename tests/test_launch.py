@@ -16,7 +16,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 def launch(project, *args, env=None, timeout=120):
     full = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "HPC_", "MASTER_", "RANK", "WORLD_SIZE", "LOCAL_", "TORCHELASTIC"))}
+            if not k.startswith(("SLURM_", "HPC_", "MASTER_", "RANK", "WORLD_SIZE", "LOCAL_", "NODE_RANK", "GROUP_RANK",
+                                 "TORCHELASTIC"))}
     full.update({"DUMP_DIR": str(project / "dumps"), **(env or {})})
     return subprocess.run([sys.executable, "-m", "hpc", "launch", *args], cwd=project, env=full,
                           capture_output=True, text=True, timeout=timeout)

@@ -140,8 +140,17 @@ def validate(env: DistEnv) -> None:
                        fix="let MASTER_ADDR be the first host of the allocation (unset it; hpc derives it)")
 
 
+# a process's place, which SLURM's own numbers decide in its tasks
+PLACE_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK")
+
+
 def export(env: DistEnv, environ: MutableMapping[str, str] | None = None) -> None:
-    """Set the standard variables that are missing; ones already set win."""
+    """Set the standard variables that are missing; ones already set win, except a process's place in an srun
+    task: there a NODE_RANK or LOCAL_WORLD_SIZE without RANK came from the submitting shell (sbatch exports all
+    of it to every task), and kept, it would give every node the same NODE_RANK."""
     environ = os.environ if environ is None else environ
     for key, value in env.variables().items():
-        environ.setdefault(key, value)
+        if env.launcher == "srun" and key in PLACE_VARIABLES:
+            environ[key] = value
+        else:
+            environ.setdefault(key, value)

@@ -59,6 +59,20 @@ def test_export_fills_only_what_is_missing():
                        "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "0", "MASTER_ADDR": "a1"}
 
 
+def test_in_an_srun_task_slurms_numbers_replace_a_place_left_by_the_submitting_shell():
+    slurm = {"SLURM_JOB_ID": "9", "SLURM_STEP_ID": "0", "SLURM_PROCID": "3", "SLURM_LOCALID": "1",
+             "SLURM_NODEID": "1", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "a[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)"}
+    environ = {"NODE_RANK": "0", "LOCAL_WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "a1", "MASTER_PORT": "7"}
+    export(detect({**slurm, **environ}), environ)
+    assert environ == {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1",
+                       "MASTER_ADDR": "a1", "MASTER_PORT": "7"}
+    # under a launcher that set RANK and WORLD_SIZE, its variables are the place, and they stay
+    started = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "NODE_RANK": "1", "MASTER_ADDR": "a1",
+               "MASTER_PORT": "7"}
+    export(detect({**slurm, **started}), after := dict(started))
+    assert {k: after[k] for k in started} == started
+
+
 def test_torchrun_workers_trust_the_address_their_agents_agreed_on():
     # torchrun's rendezvous names the store's host as that host calls itself (localhost on one-machine clusters)
     env = detect({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "localhost",
