@@ -52,7 +52,8 @@ def project(slurm, tmp_path):
     try:
         yield tmp_path
     finally:
-        subprocess.run([str(SLURM_LOCAL), "good-node", "node2"], capture_output=True, timeout=60)
+        for node in ("node1", "node2", "node3"):
+            subprocess.run([str(SLURM_LOCAL), "good-node", node], capture_output=True, timeout=60)
         subprocess.run([str(SLURM_LOCAL), "fast-node", "node2"], capture_output=True, timeout=60)
 
 
@@ -85,8 +86,7 @@ def test_a_spare_takes_a_bad_nodes_place_and_without_one_the_job_requeues_withou
 
     # no spare: with node3 busy for a few seconds, SLURM gives the job node1 and node2; vetting finds too few fit
     # nodes, and the job runs again without node2 (the requeue excludes it)
-    subprocess.run(["sbatch", "-w", "node3", "-J", "blocker", f"--output={project}/blocker-%j.out", "--wrap",
-                    "sleep 6"], check=True, capture_output=True)
+    _block(project, "node3", 6)
     plain = submit(project, "-p", "./vetted.yaml", "-N", "2", "hello_ranks.py")
     done = hpc(project, "wait", plain["job_id"], timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -110,6 +110,41 @@ def test_a_requeued_job_whose_spare_went_back_asks_for_it_again(project):
     # each attempt vetted all three nodes: "starting on A, B (node1 ... GB/s, node2 ..., node3 ...)"
     vetted = [line for line in logs.splitlines() if "vetting: starting on" in line]
     assert len(vetted) == 2 and all(line.count(" GFLOP/s") == 3 for line in vetted), vetted
+
+
+def _block(project, node: str, seconds: int) -> None:
+    """A short job on `node`, so the next job is given the other nodes."""
+    subprocess.run(["sbatch", "-w", node, "-J", "blocker", f"--output={project}/blocker-%j.out", "--wrap",
+                    f"sleep {seconds}"], check=True, capture_output=True)
+
+
+def test_a_spare_job_that_excludes_nodes_runs_again_on_fewer_than_n_plus_k(project):
+    """Excluded nodes stay excluded for the job's life: a job of N + K nodes whose partition has fewer left would
+    pend for ever. N=1, K=1, node1 busy: the job gets node2 and node3, both bad; it requeues excluding them and
+    asks for 1 to 2 nodes, and runs on node1, the only one left."""
+    _bad("node2")
+    _bad("node3")
+    _block(project, "node1", 6)
+    job = submit(project, "-p", "./vetted.yaml", "-N", "1", "--spare-nodes", "1", "allocation.py")
+    done = hpc(project, "wait", job["job_id"], timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    logs = hpc(project, "logs", "--all", job["job_id"], check=True).stdout
+    assert "next attempt excludes node2,node3" in logs and _ranks_hosts(logs) == {"node1"}, logs
+    assert "attempt=1 holds=node1 nodes=1" in logs, logs
+
+
+def test_a_job_whose_exclusions_leave_too_few_nodes_ends_saying_so_instead_of_pending(project):
+    """N=2, K=1 on 3 nodes, two of them bad: a requeue without them would leave the partition 1 node for a job
+    of 2, and pend for ever; the job ends FAILED at once and says why."""
+    _bad("node2")
+    _bad("node3")
+    job = submit(project, "-p", "./vetted.yaml", "-N", "2", "--spare-nodes", "1", "allocation.py")
+    done = hpc(project, "wait", job["job_id"], timeout=240)
+    assert done.returncode != 0
+    text = hpc(project, "status", job["job_id"]).stdout
+    assert "FAILED" in text, text
+    assert "without node(s) node2,node3 the partition has 1 node(s), fewer than the job's 2" in text, text
+    assert "rank=" not in hpc(project, "logs", "--all", job["job_id"], check=True).stdout
 
 
 def test_a_job_whose_checkpoint_stops_advancing_stops_requeueing(project, webhook):
