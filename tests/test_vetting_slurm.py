@@ -3,6 +3,7 @@ bad one's place, or a requeue without it), a job that stops advancing stops requ
 each. `scripts/slurm-local bad-node NODE` makes a node's health check fail while SLURM still takes it as healthy."""
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -110,6 +111,26 @@ def test_a_requeued_job_whose_spare_went_back_asks_for_it_again(project):
     # each attempt vetted all three nodes: "starting on A, B (node1 ... GB/s, node2 ..., node3 ...)"
     vetted = [line for line in logs.splitlines() if "vetting: starting on" in line]
     assert len(vetted) == 2 and all(line.count(" GFLOP/s") == 3 for line in vetted), vetted
+
+
+def test_spares_that_slurm_will_not_release_stay_allocated_and_the_job_runs_on_n(project):
+    """A site may refuse to shrink a running job (a stand-in scontrol does, here): the log says so and why, the
+    spare stays allocated, idle, and the job runs on its N chosen nodes all the same."""
+    shims = project / "shims"
+    shims.mkdir()
+    (shims / "scontrol").write_text('#!/bin/bash\ncase " $* " in *" NodeList="*)\n'
+                                    '  echo "scontrol: error: resizing is off at this site" >&2; exit 1 ;;\nesac\n'
+                                    f'exec {shutil.which("scontrol")} "$@"\n')
+    (shims / "scontrol").chmod(0o755)
+    path = {"PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
+    job = submit(project, "-p", "./vetted.yaml", "-N", "2", "--spare-nodes", "1", "allocation.py", env=path)
+    done = hpc(project, "wait", job["job_id"], timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    logs = hpc(project, "logs", "--all", job["job_id"], check=True).stdout
+    assert "vetting: could not release node(s)" in logs and "resizing is off at this site" in logs, logs
+    assert "they stay allocated, idle" in logs and "released node(s)" not in logs, logs
+    counts = [line.split("nodes=")[1] for line in logs.splitlines() if "holds=" in line]
+    assert counts == ["3"] * 4 and len(_ranks_hosts(logs)) == 2, logs
 
 
 def _block(project, node: str, seconds: int) -> None:
