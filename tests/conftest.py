@@ -90,6 +90,11 @@ def pytest_collection_modifyitems(config, items):
 
     Checked by tests/unit/test_xdist_groups.py: pytest 9.2 with xdist 3.8 ignores the groups (pyproject pins
     pytest<9), and without tryfirst this hook ran after xdist had read them."""
+    def on_slurm(item) -> bool:
+        return item.get_closest_marker("slurm") is not None or "slurm" in getattr(item, "fixturenames", ())
+
     for item in items:
-        on_slurm = item.get_closest_marker("slurm") is not None or "slurm" in getattr(item, "fixturenames", ())
-        item.add_marker(pytest.mark.xdist_group("slurm" if on_slurm else item.module.__name__))
+        item.add_marker(pytest.mark.xdist_group("slurm" if on_slurm(item) else item.module.__name__))
+    # the SLURM group, the longest by far, first: xdist hands groups out in collection order
+    # (--no-loadscope-reorder), and one started last would be the run's tail
+    items.sort(key=lambda item: not on_slurm(item))
