@@ -1,11 +1,13 @@
 """`hpc submit --launcher deepspeed` on the on-machine SLURM: DeepSpeed's slurm runner starts the ranks with srun."""
 
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import SLURM_LOCAL
 from tests.jobhelpers import hpc, status, submit
 
 pytestmark = pytest.mark.slurm
@@ -59,3 +61,21 @@ def test_deepspeed_launcher_runs_four_ranks_on_two_nodes(project):
     # each task noted how it ended: what the batch script's lost-node check goes by
     ends = {p.name: p.read_text().strip() for p in (job / "tasks").glob("0.end.*")}
     assert ends == {f"0.end.{r['host']}.{r['rank']}": "0" for r in ranks}
+
+
+def test_deepspeed_launcher_starts_on_the_nodes_vetting_chose_and_the_spare_goes_back(project):
+    """One spare and a bad node: the runner's hostfile and srun hold the two nodes vetting chose, the bad one goes
+    back to the cluster, and the ranks form one world of four."""
+    subprocess.run([str(SLURM_LOCAL), "bad-node", "node2"], check=True, capture_output=True, timeout=60)
+    try:
+        info = submit(project, "-p", "slurm-local", "-N", "2", "--spare-nodes", "1", "--set", "vet=true",
+                      "--launcher", "deepspeed", "ranks.py")
+        done = hpc(project, "wait", info["job_id"], timeout=300)
+        logs = hpc(project, "logs", "--all", info["job_id"]).stdout
+        assert done.returncode == 0, logs[-4000:]
+    finally:
+        subprocess.run([str(SLURM_LOCAL), "good-node", "node2"], capture_output=True, timeout=60)
+    ranks = [json.loads(p.read_text()) for p in (project / "dumps").glob("*.json")]
+    assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3] and {r["world_size"] for r in ranks} == {4}, ranks
+    assert {r["host"] for r in ranks} == {"node1", "node3"} and {r["sum"] for r in ranks} == {10}, ranks
+    assert "vetting: released node(s) node2 to the cluster" in logs, logs
