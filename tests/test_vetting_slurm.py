@@ -168,6 +168,17 @@ def test_a_job_whose_exclusions_leave_too_few_nodes_ends_saying_so_instead_of_pe
     assert "rank=" not in hpc(project, "logs", "--all", job["job_id"], check=True).stdout
 
 
+def test_a_job_that_names_its_nodes_does_not_requeue_excluding_one_of_them(project):
+    """-w node1,node2 with node2 bad: a requeue excluding node2 could never start (SLURM holds it pending,
+    BadConstraints); the job ends FAILED and says why."""
+    _bad("node2")
+    job = submit(project, "-p", "./vetted.yaml", "-N", "2", "-w", "node1,node2", "allocation.py")
+    done = hpc(project, "wait", job["job_id"], timeout=240)
+    assert done.returncode != 0
+    text = hpc(project, "status", job["job_id"]).stdout
+    assert "FAILED" in text and "the job asks for node(s) node2 by name (nodelist node1,node2)" in text, text
+
+
 def test_a_job_whose_checkpoint_stops_advancing_stops_requeueing(project, webhook):
     """max_attempts_without_progress 1: the first attempt saves step 1 and asks to run again; the second saves
     nothing new and asks again: the job ends FAILED, saying so, instead of requeueing up to max_requeues."""
