@@ -62,11 +62,16 @@ def test_a_single_process_runs_leftover_variables_do_not_swallow_nproc(project):
     assert proc.returncode == 2 and "already rank 3 of 4" in proc.stderr.strip().splitlines()[-1], proc.stderr
 
 
-def test_in_an_srun_task_it_sets_the_variables_and_execs(project):
+# what a submitting shell may hold (sbatch exports it all to every task): SLURM's numbers must win
+LEFT_BY_THE_SHELL = {"NODE_RANK": "0", "LOCAL_WORLD_SIZE": "1", "LOCAL_RANK": "1"}
+
+
+@pytest.mark.parametrize("left", [{}, LEFT_BY_THE_SHELL], ids=["clean", "left-by-the-shell"])
+def test_in_an_srun_task_it_sets_the_variables_and_execs(project, left):
     slurm = {"SLURM_JOB_ID": "4321", "SLURM_STEP_ID": "0", "SLURM_PROCID": "2", "SLURM_LOCALID": "0",
              "SLURM_NODEID": "1", "SLURM_NTASKS": "4", "SLURM_JOB_NODELIST": "cn[3-4]",
              "SLURM_TASKS_PER_NODE": "2(x2)"}
-    proc = launch(project, "dump.py", env=slurm)
+    proc = launch(project, "dump.py", env=slurm | left)
     assert proc.returncode == 0, proc.stderr
     (rank,) = dumps(project)
     assert rank["env"] | {"SLURM_ARRAY_TASK_ID": None} == {
