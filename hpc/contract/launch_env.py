@@ -42,8 +42,9 @@ class DistEnv:
                 "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(self.master_port)}
 
 
-# what export() sets: a process's place in its job
-STANDARD_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+# what export() sets: a process's place in its job, which SLURM's own numbers decide in its tasks, and its rendezvous
+PLACE_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK")
+STANDARD_VARIABLES = (*PLACE_VARIABLES, "MASTER_ADDR", "MASTER_PORT")
 
 
 def _int(environ: Mapping[str, str], key: str, default: int | None = None) -> int:
@@ -138,10 +139,6 @@ def validate(env: DistEnv) -> None:
         # agreed on this address through their rendezvous: it names the store's host as that host calls itself)
         raise HpcError(f"a {env.num_nodes}-node job would rendezvous on {env.master_addr}",
                        fix="let MASTER_ADDR be the first host of the allocation (unset it; hpc derives it)")
-
-
-# a process's place, which SLURM's own numbers decide in its tasks
-PLACE_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK")
 
 
 def export(env: DistEnv, environ: MutableMapping[str, str] | None = None) -> None:
