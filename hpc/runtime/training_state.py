@@ -21,6 +21,8 @@ class TrainingState:
     custom_objects: list = field(default_factory=list)
     completed_steps: int = 0  # optimizer steps taken (accumulation windows closed)
     micro_step: int = 0  # micro-steps seen by accumulate() (the Accelerator's `step`)
+    # backward passes and optimizer steps so far: a batch handed out before the last of them was trained on
+    work: int = 0
     # what the owner does at these moments; the run guard resumes before the first work, feeds its hang
     # watchdog on progress and paces checkpoints on steps. A loader prepared without one does nothing.
     before_work: Callable[[], None] = _nothing
@@ -30,6 +32,10 @@ class TrainingState:
     # script's previous step is over, with everything it did after it (scheduler, counters, its own saves)
     before_batch: Callable[[Any, bool], None] = _nothing
 
+    def worked(self) -> None:
+        """A backward or an optimizer step (taken or skipped inside an accumulation window)."""
+        self.work += 1
+
     def optimizer_stepped(self, optimizer: Any) -> None:
         """An optimizer stepped: one count per window, however many optimizers the run has."""
         if self.optimizers[:1] == [optimizer]:
@@ -37,8 +43,8 @@ class TrainingState:
             self.on_step()
 
     def positions(self) -> list[dict]:
-        """Where each prepared loader stands (what a checkpoint records)."""
-        return [{"epoch": loader.epoch, "position": loader.position} for loader in self.loaders]
+        """Where each prepared loader's epoch stands, whatever the job's shape (what a checkpoint records)."""
+        return [loader.point().state(loader.position) for loader in self.loaders]
 
     def clear(self) -> None:
         for objects in (self.models, self.optimizers, self.schedulers, self.loaders):

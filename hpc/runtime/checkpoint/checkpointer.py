@@ -379,6 +379,8 @@ class Checkpointer:
         folder = self._own_part_folder
         if folder is not None and f"rng/rank{self.rank}.pt" in data["files"]:  # saved together, by an earlier hpc
             return folder
+        if self.rank >= _saved_world(data, self.world):  # a rank new since the save: rank 0's note says so
+            return None
         part = fileset.read_part(folder, self.rank) if folder is not None else None
         if part is None:
             why = "none was saved (save_state ran on the main process only)"
@@ -399,6 +401,13 @@ class Checkpointer:
         if data.get("format") != self.format.name:
             raise HpcError(f"{folder} holds a '{data.get('format')}' checkpoint; this job saves '{self.format.name}'",
                            fix="load it with the strategy that wrote it, or convert it with `hpc merge-weights`")
+        saved_world = _saved_world(data, self.world)
+        if saved_world != self.world and getattr(self.format, "fixed_world", None):
+            raise HpcError(f"{folder} was saved at world size {saved_world} and this job runs at {self.world}: "
+                           f"{self.format.fixed_world}", fix=f"resume it at world size {saved_world}, or take its "
+                           "weights alone with `hpc merge-weights` and start a new run from them")
+        if saved_world != self.world and self.rank == 0:
+            print(f"hpc: {_random_streams_note(saved_world, self.world)}", file=sys.stderr, flush=True)
         # every file is read before any state changes: a refused one leaves the training state as it was
         mine = folder if not self.alone or self.rank == 0 else self._own_part(data)
         extras = self._read_extras(folder, mine)
@@ -411,8 +420,7 @@ class Checkpointer:
             obj.load_state_dict(state)
         # loaders' epoch and position come with the meta (TrainingCheckpoints.restore); streams' state here
         for loader, reader in zip(states.loaders, extras.get("readers") or []):
-            if reader is not None:
-                loader.load_state_dict({**loader.state_dict(), "reader": reader})
+            loader.restore_reader(reader)
         if extras.get("rng") is not None:  # a job resumed at another world size keeps its new ranks' fresh streams
             set_rng_state(extras["rng"])
         return data
@@ -434,6 +442,26 @@ class Checkpointer:
         if rng is not None and rng.exists():
             out["rng"] = safe_load.load(rng, allow=old_numpy_globals())  # earlier hpc saved numpy's ndarray
         return out
+
+
+def _saved_world(data: dict, default: int) -> int:
+    return int(data.get("world_size", default))
+
+
+def _ranks(first: int, last: int) -> str:
+    return f"rank {first}" if first == last else f"ranks {first}-{last}"
+
+
+def _random_streams_note(saved: int, world: int) -> str:
+    """The rule for random streams at another world size, said once: rank r < both sizes gets rank r's saved stream
+    back; a rank new since the save keeps the one the script seeded; a saved rank this job lacks is not used."""
+    shared = min(saved, world)
+    said = [f"{_ranks(0, shared - 1)} restore their random streams"]
+    if world > saved:
+        said.append(f"{_ranks(saved, world - 1)}, new since the save, keep the streams the script seeded")
+    else:
+        said.append(f"the saved streams of {_ranks(world, saved - 1)} are not used (no such rank now)")
+    return f"the checkpoint was saved at world size {saved}, this job runs at {world}: {'; '.join(said)}"
 
 
 def _beside(folder: Path, what: str) -> Path:

@@ -185,6 +185,9 @@ class DeepSpeedFormat:
 
     name = "deepspeed"
     folder, tag = "deepspeed", "state"
+    # why it loads at its own world size only (None: any): DeepSpeed reads rank r's ZeRO partition file as
+    # rank r's, so at another world size it fails, or (fewer ranks) loads partitions cut for other ranks
+    fixed_world = "DeepSpeed's ZeRO checkpoints hold one optimizer partition per rank and do not reshard"
 
     def __init__(self, strategy):
         self.strategy = strategy

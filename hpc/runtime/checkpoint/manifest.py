@@ -15,6 +15,7 @@ from pathlib import Path
 
 from hpc.contract.atomic import atomic_write
 from hpc.runtime.checkpoint.crc import crc32
+from hpc.runtime.data.position import UNITS
 
 NAME = "manifest.json"
 VERSION = 1
@@ -95,8 +96,10 @@ def malformed(data: dict, folder: Path | None = None) -> str | None:
         problem = f"its format is {data['format']!r}, not a name"
     loaders = data.get("loaders", [])
     if problem is None and not (isinstance(loaders, list) and all(
-            isinstance(x, dict) and _is_int(x.get("epoch")) and _is_int(x.get("position")) for x in loaders)):
-        problem = "its loaders are not a list of {epoch, position}"
+            isinstance(x, dict) and _is_int(x.get("epoch")) and _is_int(x.get("position"))
+            and ("consumed" not in x or (_is_int(x["consumed"]) and x["consumed"] >= 0 and x.get("unit") in UNITS))
+            for x in loaders)):
+        problem = "its loaders are not a list of {epoch, position[, consumed, unit]}"
     if problem is None:
         return None
     where = f"{folder / NAME}" if folder is not None else NAME

@@ -17,6 +17,8 @@ from torch.utils.hooks import RemovableHandle
 from hpc.runtime.checkpoint import manifest
 from hpc.runtime.checkpoint.checkpointer import Checkpointer
 from hpc.runtime.checkpoint.store import CheckpointStore
+from hpc.runtime.data.position import EpochPoint
+from hpc.runtime.gradient_state import GradientState
 from hpc.runtime.precision import Precision
 from hpc.runtime.process_env import ProcessState
 from hpc.runtime.resilience import preemption, progress_guard
@@ -131,20 +133,32 @@ class TrainingCheckpoints:
             hook(self.models_for_hooks(), str(folder))
 
     def restore(self, meta: dict, folder: Path, mid_epoch: bool) -> ResumeInfo:
-        """The loop's counters and each loader's place, from a loaded checkpoint's ``meta``: ``mid_epoch``, at
-        the batch after the checkpoint's; else at the top of its epoch, unless the loader restores its own
-        position (a script that skips by itself then lands where the checkpoint stopped)."""
+        """The loop's counters and each loader's place, from a loaded checkpoint's ``meta``: ``mid_epoch``, right
+        after the last batch the checkpoint trained; else at the top of its epoch, unless the loader restores its
+        own position (a script that skips by itself then lands where the checkpoint stopped). A checkpoint saved in
+        another shape (world size, batch size) goes on at the same sample (data/position.py)."""
         training = self.training
         training.completed_steps, training.micro_step = int(meta.get("step", 0)), int(meta.get("micro_step", 0))
+        saved_world = meta.get("world_size")
+        accumulation = GradientState().num_steps
+        moved = []
         for loader, where in zip(training.loaders, meta.get("loaders", [])):
+            point = EpochPoint.from_state(where, loader.unit, loader.shape, saved_world)
+            if point.shape != loader.shape:
+                moved.append((loader, point))
             if mid_epoch or loader.restores_position:
-                loader.resume_at(int(where["epoch"]), int(where["position"]))
+                loader.continue_from(point)
             else:
-                loader.restart_epoch(int(where["epoch"]), checkpoint_position=int(where["position"]))
+                derived = training.completed_steps * accumulation - point.epoch * len(loader)
+                loader.restart_epoch(point, derived_skip=derived if accumulation > 1 else None)
         first = (meta.get("loaders") or [{"epoch": 0, "position": 0}])[0]
         self.on_resumed(training.completed_steps)
         if self.process.is_main_process:
             preemption.log(f"resumed from {folder} (step {training.completed_steps})")
+            for loader, point in moved:
+                unit = "samples" if point.unit == "sample" else "batches of its order"
+                preemption.log(f"resumed epoch {point.epoch} after {point.consumed} {unit}: saved at "
+                               f"{point.shape.describe()}, now {loader.shape.describe()}")
         return ResumeInfo(folder, training.completed_steps, int(first["epoch"]), int(first["position"]))
 
 

@@ -143,29 +143,40 @@ def indexable(obj) -> bool:
 
 
 # --- global batches ----------------------------------------------------------------------------------
-# A source opens one epoch at global batch `start` and returns (batches from there, the epoch's first
-# `keep` batches): those fill up the last round.
+# A source opens one epoch at `start` and returns (batches from there, the epoch's first `keep` batches): those
+# fill up the last round. `start` counts the source's unit (data_position): samples of the order for a sampler
+# with a batch size, whole batches for a batch sampler. From a sample that is not on a batch boundary (a job
+# resumed with another batch size), the batches are cut from there on: every sample once, none twice.
+
+def batch_count(samples: int, batch_size: int, drop_last: bool) -> int:
+    return samples // batch_size if drop_last else math.ceil(samples / batch_size)
+
 
 class OrderBatches:
     """Batches of `batch_size` consecutive positions of an addressable order."""
+
+    unit = "sample"
 
     def __init__(self, order, batch_size: int, drop_last: bool):
         self.order, self.batch_size, self.drop_last = order, batch_size, drop_last
 
     def __len__(self) -> int:
-        n = len(self.order)
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        return batch_count(len(self.order), self.batch_size, self.drop_last)
 
     def batch(self, k: int) -> list:
         return self.order.slice(k * self.batch_size, (k + 1) * self.batch_size)
 
     def open(self, start: int, keep: int) -> tuple[Iterator, Callable[[], list]]:
-        count = len(self)
-        return (self.batch(k) for k in range(start, count)), lambda: [self.batch(k) for k in range(min(keep, count))]
+        n, bs = len(self.order), self.batch_size
+        count = batch_count(n - start, bs, self.drop_last) if start < n else 0
+        return ((self.order.slice(start + k * bs, start + (k + 1) * bs) for k in range(count)),
+                lambda: [self.batch(k) for k in range(min(keep, len(self)))])
 
 
 class IndexedUnits:
     """A batch sampler (or a sampler of whole batches) with `__getitem__`: batch k is `obj[k]`."""
+
+    unit = "item"
 
     def __init__(self, obj):
         self.obj = obj
@@ -181,6 +192,8 @@ class IndexedUnits:
 class StreamedSamples:
     """A sampler that can only be iterated: skipped by consuming its indices (at C speed, nothing loaded)."""
 
+    unit = "sample"
+
     def __init__(self, sampler, batch_size: int, drop_last: bool):
         self.sampler, self.batch_size, self.drop_last = sampler, batch_size, drop_last
 
@@ -191,7 +204,7 @@ class StreamedSamples:
     def open(self, start: int, keep: int, on_end: Callable[[], None] = lambda: None):
         samples = iter(self.sampler)
         head = list(itertools.islice(samples, keep * self.batch_size))
-        stream = _skip(head, samples, start * self.batch_size)
+        stream = _skip(head, samples, start)
 
         def batches():
             while batch := list(itertools.islice(stream, self.batch_size)):
@@ -206,6 +219,8 @@ class StreamedSamples:
 
 class StreamedUnits:
     """A batch sampler that can only be iterated: skipped by consuming its batches of indices."""
+
+    unit = "item"
 
     def __init__(self, obj):
         self.obj = obj

@@ -64,14 +64,25 @@ class MapPlan:
         self._epochs_aware = [o for o in _unique(parts + [self.dataset]) if callable(getattr(o, "set_epoch", None))]
 
     # --- size ---------------------------------------------------------------------------------------
-    def items(self) -> tuple[int, int | None]:
-        """Global batches per epoch, and the size of the last one (None if unknown)."""
+    @property
+    def unit(self) -> str:
+        """What the epoch's order counts (data_position): samples, or the whole batches of a batch sampler."""
+        return "item" if self.sampler is None else "sample"
+
+    def units(self) -> int:
+        """The epoch's length in its unit."""
+        return len(self.batch_sampler) if self.sampler is None else len(self.sampler)
+
+    def items(self, start: int = 0) -> tuple[int, int | None]:
+        """Global batches of the epoch from `start` (in its unit) on, and the size of the last one (None if
+        unknown)."""
         if self.sampler is None:
-            return len(self.batch_sampler), None
-        n = len(self.sampler)
+            return max(0, len(self.batch_sampler) - start), None
+        n = max(0, len(self.sampler) - start)
         if self.drop_last:
             return n // self.batch_size, self.batch_size
-        return math.ceil(n / self.batch_size), n - (math.ceil(n / self.batch_size) - 1) * self.batch_size
+        count = math.ceil(n / self.batch_size)
+        return count, n - (count - 1) * self.batch_size if count else None
 
     # --- one epoch ----------------------------------------------------------------------------------
     def source(self, epoch: int):

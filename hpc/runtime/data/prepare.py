@@ -3,9 +3,15 @@
 The user's sampler, batch sampler, generator and collation are kept; hpc deals the loader's global batches to
 the ranks (data_shards), so the ranks' batches read in rank order are one process's batches. Map-style
 datasets are dealt by index before anything is loaded (data_plan, data_order); streams are read and dealt
-(data_readers). A checkpoint records each loader's epoch and position; resuming mid-epoch computes where the
-epoch's order stands instead of replaying it, so it costs the same at batch 10 or 10 million (only a sampler
-that can only be iterated, and a stream, are skipped by reading up to there).
+(data_readers). A checkpoint records each loader's epoch and how much of its order was trained (data_position:
+samples, not the rank's batch count, so a job resumed at another world size or batch size goes on at the same
+sample); resuming mid-epoch computes where the epoch's order stands instead of replaying it, so it costs the same
+at batch 10 or 10 million (only a sampler that can only be iterated, and a stream, are skipped by reading up to
+there).
+
+A batch counts as trained once the script worked on it: a backward or an optimizer step after it was handed out
+(TrainingState.work). A script that saves after fetching a batch and before training it (`if step % N == 0:
+save_state()` at the top of its loop) has that batch trained again after a resume, not lost.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 from hpc.errors import HpcError
 from hpc.runtime.configuration import DataLoaderConfiguration
 from hpc.runtime.data.plan import MapPlan
+from hpc.runtime.data.position import EpochPoint, Shape
 from hpc.runtime.data.readers import MapReader, StreamReader
 from hpc.runtime.data.shards import ShardLayout
 from hpc.runtime.gradient_state import GradientState
@@ -83,9 +90,12 @@ class PreparedDataLoader:
             self._reader = MapReader(loader, plan, self.layout, seed, dispatch, stateful)
         self.batch_size = batch_size // world if config.split_batches else batch_size
         self.total_batch_size = batch_size if config.split_batches or batch_size is None else batch_size * world
-        self._epoch, self._skip = 0, 0
-        self.position = 0  # batches of the current epoch handed out (what a checkpoint records)
-        self._checkpoint_position: int | None = None  # set by an explicit load_state until the next pass
+        self._epoch = 0
+        self._start = 0  # where the next (or current) pass enters its epoch, in the order's unit
+        self._handed = 0  # batches of the current pass handed out
+        self._work_at_handed = -1  # the run's work count when the last one was handed out
+        self._checkpoint_point: EpochPoint | None = None  # set by an explicit load_state until the next pass
+        self._derived_skip: int | None = None  # the skip a script computes from the checkpoint's step count
         self._non_blocking = config.non_blocking or self.device.type == "cuda"
 
     @property
@@ -117,40 +127,96 @@ class PreparedDataLoader:
         return self._epoch
 
     def set_epoch(self, epoch: int) -> None:
-        if epoch != self._epoch:  # a resumed position belongs to its own epoch only
-            self._skip = 0
+        if epoch != self._epoch:  # a resumed point belongs to its own epoch only
+            self._start, self._handed, self._checkpoint_point = 0, 0, None
         self._epoch = epoch
 
+    # --- where the epoch stands ---------------------------------------------------------------------
+    @property
+    def shape(self) -> Shape:
+        return Shape(self.layout.world, self.batch_size, self.layout.split)
+
+    @property
+    def unit(self) -> str:
+        return self._reader.unit
+
+    @property
+    def _round(self) -> int:
+        return self.shape.round_units(self.unit)
+
+    @property
+    def position(self) -> int:
+        """This rank's batches of the current epoch, in this job's shape (a resumed start between two of its
+        batches counts the one it is in)."""
+        return self._start // self._round + self._handed
+
+    def _in_hand(self) -> bool:
+        """The last batch handed out has not been worked on yet: fetched, then saved before its step."""
+        return self._handed > 0 and bool(self.training.optimizers) and self.training.work == self._work_at_handed
+
+    def point(self) -> EpochPoint:
+        """Where the epoch stands for a checkpoint: its order consumed up to the last batch the script trained."""
+        consumed = self._start + (self._handed - self._in_hand()) * self._round
+        try:
+            consumed = min(consumed, self._reader.units())
+        except TypeError:  # a stream of unknown length
+            pass
+        return EpochPoint(self._epoch, consumed, self.unit, self.shape)
+
     def resume_at(self, epoch: int, position: int) -> None:
-        """The next pass continues epoch `epoch` after its first `position` batches."""
-        self._epoch, self._skip, self.position = epoch, position, position
+        """The next pass continues epoch `epoch` after its first `position` batches of this job's shape."""
+        self.continue_from(EpochPoint(epoch, position * self._round, self.unit, self.shape))
 
-    def restart_epoch(self, epoch: int, checkpoint_position: int) -> None:
-        """An explicit load_state: the next pass runs epoch `epoch` from its start (Accelerate's), and the first
-        skip_first_batches of it skips to `checkpoint_position`, where the checkpoint stopped."""
-        if checkpoint_position >= len(self):  # saved at the epoch's last batch: the next epoch is next
-            epoch, checkpoint_position = epoch + 1, 0
-        self.resume_at(epoch, 0)
-        self._checkpoint_position = checkpoint_position
+    def continue_from(self, point: EpochPoint) -> None:
+        """The next pass continues the point's epoch right after what it consumed."""
+        self._reader.check_start(point.consumed)
+        self._epoch, self._start, self._handed = point.epoch, point.consumed, 0
 
-    def skip_target(self, asked: int) -> int:
-        """How many batches skip_first_batches(asked) skips: what was asked, except on the first pass after a
-        load_state, where it is the checkpoint's position. Scripts compute the skip from the step number
-        (`resume_step = step * accumulation - epoch * len(loader)`), which is off by the windows that an
-        epoch's end closed early when the accumulation does not divide the epoch: Accelerate then skips a
-        batch too many or too few; hpc loses and repeats none."""
-        position, self._checkpoint_position = self.peek_skip(asked), None
-        if position == asked:
-            return asked
-        if self.layout.rank == 0:
-            print(f"hpc: skip_first_batches({asked}): the checkpoint stopped after batch {position} of this epoch; "
-              f"going on from there (skipping {asked} would {'lose' if asked > position else 'repeat'} "
-                  f"{abs(asked - position)})", file=sys.stderr, flush=True)
-        return position
+    def restart_epoch(self, point: EpochPoint, derived_skip: int | None = None) -> None:
+        """An explicit load_state: the next pass runs the point's epoch from its start (Accelerate's), and the first
+        skip_first_batches of it goes to the point (skip_start). ``derived_skip``: what a script computes from the
+        checkpoint's step count with gradient accumulation (`step * accumulation - epoch * len(loader)`)."""
+        if self._reader.count_from(point.consumed) == 0:  # saved at the epoch's last batch: the next epoch is next
+            point = dataclasses.replace(point, epoch=point.epoch + 1, consumed=0)
+        self.resume_at(point.epoch, 0)
+        self._checkpoint_point, self._derived_skip = point, derived_skip
 
-    def peek_skip(self, asked: int) -> int:
-        """What skip_target(asked) will give, without using the checkpoint's position up."""
-        return asked if self._checkpoint_position is None else self._checkpoint_position
+    def skip_start(self, asked: int) -> int:
+        """Where skip_first_batches(asked) enters the epoch: after `asked` batches of this job's shape, as the script
+        asks, except on the first pass after a load_state where hpc knows the script's count is off (_skip_to);
+        then the pass goes on where the checkpoint stopped, and rank 0 says so in one line."""
+        point = self._checkpoint_point
+        start, why = self._skip_to(asked)
+        self._checkpoint_point = None
+        if why and self.layout.rank == 0:
+            unit = "samples" if point.unit == "sample" else "batches of its order"
+            off = asked * self._round - point.consumed
+            print(f"hpc: skip_first_batches({asked}): the checkpoint stopped after {point.consumed} {unit} of epoch "
+                  f"{point.epoch}: going on from there ({why}; skipping {asked} would "
+                  f"{'lose' if off > 0 else 'repeat'} {abs(off)} {unit})", file=sys.stderr, flush=True)
+        return start
+
+    def peek_start(self, asked: int) -> int:
+        """What skip_start(asked) will give, without using the checkpoint's point up."""
+        return self._skip_to(asked)[0]
+
+    def _skip_to(self, asked: int) -> tuple[int, str | None]:
+        """(where to enter the epoch, why not where the script asked). hpc knows better than the script only when
+        - the job's shape changed since the save: a count of batches means other samples now;
+        - with gradient accumulation, the count is the one computed from the step number (`derived_skip`), which is
+          off by the windows an epoch's end closed early (Accelerate then skips a batch too many or too few)."""
+        point, asked_units = self._checkpoint_point, asked * self._round
+        if point is None or point.consumed == asked_units:
+            return asked_units, None
+        if point.shape != self.shape:
+            return point.consumed, (f"it was saved at {point.shape.describe()}, and this job runs at "
+                                    f"{self.shape.describe()}")
+        if asked == self._derived_skip:
+            return point.consumed, f"{asked} counts whole accumulation windows, and an epoch's end closed some early"
+        return asked_units, None  # the script's own count
+
+    def remaining_from(self, start: int) -> int:
+        return self._reader.count_from(start)
 
     @property
     def restores_position(self) -> bool:
@@ -159,35 +225,44 @@ class PreparedDataLoader:
         return bool(self.config.use_stateful_dataloader)
 
     def state_dict(self) -> dict:
-        out = {"epoch": self._epoch, "position": self.position}
+        out = self.point().state(self.position)
         if getattr(self._reader, "stateful", False) and self._reader.after is not None:
             out["reader"] = self._reader.after  # where a StatefulDataLoader's stream stands
         return out
 
-    def load_state_dict(self, state: dict) -> None:
-        self.resume_at(int(state["epoch"]), int(state["position"]))
-        if state.get("reader") is not None and getattr(self._reader, "stateful", False):
-            self._reader.restore = state["reader"]
+    def load_state_dict(self, state: dict, saved_world: int | None = None) -> None:
+        self.restore_reader(state.get("reader"))
+        self.continue_from(EpochPoint.from_state(state, self.unit, self.shape, saved_world))
+
+    def restore_reader(self, reader_state) -> None:
+        """A StatefulDataLoader's saved stream state: the next pass reads on from it."""
+        if reader_state is not None and getattr(self._reader, "stateful", False):
+            self._reader.restore = reader_state
 
     def __iter__(self):
         self.training.before_work()
-        self._checkpoint_position = None  # a pass without skip_first_batches first: the epoch from its start
+        self._checkpoint_point = None  # a pass without skip_first_batches first: the epoch from its start
         gradient = self.gradient_state
-        self.position = self._skip
+        self._handed = 0
+        # an epoch entered between two of this shape's rounds (a checkpoint of another shape) has another remainder
+        # than a straight run's: its final round is dealt in short even batches (shards._balanced)
+        between = self.unit == "sample" and self._start % self._round != 0
+        self._use_layout(dataclasses.replace(self.layout, balance_last=between))
         gradient.enter_dataloader(self)
         try:
             first = True
-            for batch, last, remainder in self._reader.batches(self._epoch, self._skip):
+            for batch, last, remainder in self._reader.batches(self._epoch, self._start):
                 self.training.before_batch(self, first)
                 first = False
-                self.position += 1
+                self._handed += 1
+                self._work_at_handed = self.training.work
                 gradient.end_of_dataloader = last
                 gradient.remainder = remainder if last else -1
                 self.training.on_progress("batch")
                 yield send_to_device(batch, self.device, self._non_blocking)
         finally:
             gradient.leave_dataloader(self)
-        self._skip, self.position = 0, 0
+        self._start, self._handed = 0, 0
         self._epoch += 1  # the next pass reshuffles; seeded, so a restart repeats it
 
 
@@ -238,9 +313,9 @@ class SkipFirstBatches:
         self.prepared, self.n = prepared, n
 
     def __len__(self) -> int:
-        return max(0, len(self.prepared._reader) - self.prepared.peek_skip(self.n))
+        return self.prepared.remaining_from(self.prepared.peek_start(self.n))
 
     def __iter__(self):
-        self.prepared._skip = self.prepared.skip_target(self.n)
+        self.prepared._start = self.prepared.skip_start(self.n)
         yield from self.prepared
 

@@ -1,7 +1,8 @@
 """Reading one epoch of a rank's batches: map-style datasets by index, streams by reading them, either on
 every rank or (dispatch_batches) on rank 0 only, which sends each rank its batch.
 
-Each reader yields (batch, last, remainder) from a given position of an epoch on.
+Each reader yields (batch, last, remainder) from a given point of an epoch on: `start` counts the epoch's order in
+the reader's `unit` (data_position), so a job resumed in another shape lands on the same sample.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
+from hpc.errors import HpcError
 from hpc.runtime.data import shards
 from hpc.runtime.data.batches import BatchOps
 from hpc.runtime.data.plan import MapPlan, epoch_seed
@@ -56,12 +58,26 @@ class MapReader:
         feed = {"sampler": self._feed, "batch_size": None} if plan.unbatched else {"batch_sampler": self._feed}
         self.loader = cls(loader.dataset, generator=self._generator, **feed, **loader_settings(loader))
 
+    @property
+    def unit(self) -> str:
+        return self.plan.unit
+
+    def units(self) -> int:
+        return self.plan.units()
+
     def __len__(self) -> int:
         return self.layout.count(*self.plan.items())
 
-    def batches(self, epoch: int, position: int) -> Iterator[tuple]:
+    def count_from(self, start: int) -> int:
+        """This rank's batches of an epoch entered at `start`."""
+        return self.layout.count(*self.plan.items(start))
+
+    def check_start(self, start: int) -> None:
+        """Every point of a map-style epoch can be started from."""
+
+    def batches(self, epoch: int, start: int) -> Iterator[tuple]:
         self.plan.start(self.layout.world, collective=not self.dispatch)  # dispatched: rank 0's alone count
-        dealt = self._dealt(epoch, position) if self.layout.rank == 0 or not self.dispatch else None
+        dealt = self._dealt(epoch, start) if self.layout.rank == 0 or not self.dispatch else None
         if not self.dispatch:
             self._feed.parts = ((p, p.item) for p in shards.mine(dealt, self.layout.rank))
             for batch in self.loader:
@@ -75,9 +91,9 @@ class MapReader:
                             for note, p in _noted(i, parts))
         yield from send(self._rounds_loaded(), self.layout.world)
 
-    def _dealt(self, epoch: int, position: int):
+    def _dealt(self, epoch: int, start: int):
         source = self.plan.source(epoch)
-        items, head = source.open(self.layout.first_item(position), self.layout.head_items)
+        items, head = source.open(start, self.layout.head_items)
         self._generator.manual_seed(epoch_seed(self.seed, epoch))
         return shards.deal(shards.rounds(items, head, self.layout, shards.ListOps), self.layout.world)
 
@@ -112,22 +128,43 @@ class StreamReader:
         self.restore = None  # a saved reader state the next pass starts from
         self.after = None  # the reader's state once the last batch handed out has been had
 
+    @property
+    def unit(self) -> str:
+        """A stream of collated batches of a known size is counted in samples; one of no fixed size in batches."""
+        return "item" if self._settings["batch_size"] is None else "sample"
+
+    def units(self) -> int:
+        return len(self.dataset)  # TypeError for a stream of unknown length, as len(DataLoader) gives
+
     def __len__(self) -> int:
-        n = len(self.dataset)  # TypeError for a stream of unknown length, as len(DataLoader) gives
+        return self.count_from(0)
+
+    def count_from(self, start: int) -> int:
+        n = max(0, len(self.dataset) - start)
         bs = self._settings["batch_size"]
         if bs is None:
             return self.layout.count(n, None)
         items = n // bs if self._settings["drop_last"] else -(-n // bs)
         return self.layout.count(items, n - (items - 1) * bs if not self._settings["drop_last"] else bs)
 
-    def batches(self, epoch: int, position: int) -> Iterator[tuple]:
+    def check_start(self, start: int) -> None:
+        """A stream is entered by reading whole batches of its loader: a sample that is not on a batch boundary
+        (a job resumed with another batch size) cannot be reached exactly."""
+        bs = self._settings["batch_size"]
+        if self.restore is None and bs is not None and start % bs:
+            raise HpcError(f"the checkpoint stopped this stream after {start} samples of its epoch, which its batches "
+                           f"of {bs} cannot reach exactly (a stream is skipped by reading whole batches)",
+                           fix=f"resume with a batch size that divides {start}, e.g. the one it was saved with")
+
+    def batches(self, epoch: int, start: int) -> Iterator[tuple]:
         if self.dispatch and self.layout.rank != 0:
             yield from receive()
             return
         if callable(getattr(self.dataset, "set_epoch", None)):
             self.dataset.set_epoch(epoch)
         self._generator.manual_seed(epoch_seed(self.seed, epoch))
-        items, head = self._open(self.layout.first_item(position))
+        bs = self._settings["batch_size"]
+        items, head = self._open(start if bs is None else start // bs)
         where = self.loader.state_dict if self.stateful else (lambda: None)
         dealt = shards.deal(shards.rounds(items, head, self.layout, BatchOps, where), self.layout.world, where)
         if self.dispatch:

@@ -31,10 +31,8 @@ class ShardLayout:
     even: bool = True
     drop_last: bool = False
     batch_size: int | None = None  # a full global item's size; None: items may differ in size
-
-    def first_item(self, position: int) -> int:
-        """The global item that a rank's batch number `position` of the epoch comes from."""
-        return position if self.split else position * self.world
+    # an epoch resumed from a checkpoint of another shape: its final round is cut short and even (_balanced)
+    balance_last: bool = False
 
     @property
     def head_items(self) -> int:
@@ -136,6 +134,8 @@ def _whole(group: list, last: bool, head, layout: ShardLayout, ops) -> Round | N
         return None
     if not layout.even:
         return Round(group + [None] * (world - len(group)), True)
+    if layout.balance_last and bs is not None:
+        return _balanced(group, head, layout, ops)
     pad = _Padding(head(), ops)
     if bs is not None and sizes[-1] < bs:
         group[-1] = ops.join([group[-1], pad.samples(bs - sizes[-1])])
@@ -156,9 +156,23 @@ def _split(group: list, last: bool, head, layout: ShardLayout, ops) -> Round | N
         if not layout.even:
             return Round([ops.take(item, r * piece, min(size, (r + 1) * piece)) if size > r * piece else None
                           for r in range(world)], last)
+        if layout.balance_last:
+            return _balanced([item], head, layout, ops)
         item = ops.join([item, _Padding(head(), ops).samples(bs - size)])
     return Round([ops.take(item, r * piece, (r + 1) * piece) for r in range(world)], last,
                  size if last and layout.even else -1)
+
+
+def _balanced(items: list, head, layout: ShardLayout, ops) -> Round:
+    """The final round of an epoch resumed in another shape, whose remaining samples that shape need not divide
+    (the shape it started in did, or left another remainder): they are cut into equal shorter batches, each rank
+    ceil(r / world) samples, and only the fewer than `world` still missing are filled from the epoch's start.
+    Full batches would repeat up to a whole round of samples that the run had never trained twice."""
+    real = ops.join(items) if len(items) > 1 else items[0]
+    size, world = ops.size(real), layout.world
+    per = -(-size // world)
+    pool = ops.join([real, _Padding(head(), ops).samples(per * world - size)]) if per * world > size else real
+    return Round([ops.take(pool, r * per, (r + 1) * per) for r in range(world)], True, size)
 
 
 @dataclass
