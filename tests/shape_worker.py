@@ -7,7 +7,9 @@ rank 16 / world), epochs, project, out, save_at (optimizer steps done when the c
 ("step": right after that optimizer step; "fetch": at the top of the loop, the next batch fetched and not yet
 trained, as `if step % N == 0: save_state()` there), named (the checkpoint's folder; the run trains on through it).
 
-A run given a project whose checkpoints/ holds a step folder resumes there (auto_resume), mid-epoch. Every step, rank
+A run given a project whose checkpoints/ holds a step folder resumes there (auto_resume), mid-epoch; one given
+`load` resumes as a self-resuming script does instead: load_state(load), then skip_first_batches(loader, skip), its
+own count, in the checkpoint's epoch `load_epoch`. Every step, rank
 0 notes the sample ids all ranks trained, with the loader's epoch, in an object saved with the checkpoint; at the
 end it writes them and the final weights to `out`.
 """
@@ -40,7 +42,7 @@ def main() -> None:
         extra["fsdp_plugin"] = FullyShardedDataParallelPlugin()
     elif spec["strategy"] == "deepspeed":
         extra["deepspeed_plugin"] = {"zero_stage": 2}
-    acc = Accelerator(project_dir=spec["project"], auto_resume=True, **extra)
+    acc = Accelerator(project_dir=spec["project"], auto_resume="load" not in spec, **extra)
     set_seed(3)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -52,8 +54,12 @@ def main() -> None:
     log = SampleLog()
     acc.register_for_checkpointing(log)
     named = spec.get("named")
+    active = loader
+    if "load" in spec:
+        acc.load_state(spec["load"])
+        active = acc.skip_first_batches(loader, spec["skip"])
     while loader.epoch < spec["epochs"]:
-        for idx, xb, yb in loader:
+        for idx, xb, yb in active:
             if named and spec["save_point"] == "fetch" and acc.completed_steps == spec["save_at"]:
                 acc.save_state(named)
             loss = torch.nn.functional.mse_loss(model(xb), yb)
@@ -65,6 +71,7 @@ def main() -> None:
                 log.rows.append([loader.epoch, ids.tolist()])
             if named and spec["save_point"] == "step" and acc.completed_steps == spec["save_at"]:
                 acc.save_state(named)
+        active = loader
     weights = acc.get_state_dict(model)
     if acc.is_main_process:
         epochs = [[] for _ in range(spec["epochs"])]

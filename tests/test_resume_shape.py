@@ -31,14 +31,17 @@ def _checked(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return done
 
 
-def straight_and_resumed(tmp_path, strategy, batch, save_point, before, after, save_at=3):
+def straight_and_resumed(tmp_path, strategy, batch, save_point, before, after, save_at=3, script=False):
     common = {"strategy": strategy, "batch": batch, "epochs": EPOCHS, "save_point": save_point, "save_at": save_at}
     at = tmp_path / "at"
     _checked(_launch(tmp_path, {**common, "project": str(tmp_path / "a"), "out": str(tmp_path / "a.pt"),
                                 "named": str(at)}, before))
-    resumed = tmp_path / "b" / "checkpoints" / f"step-{save_at}"
-    shutil.copytree(at, resumed)
-    done = _launch(tmp_path, {**common, "project": str(tmp_path / "b"), "out": str(tmp_path / "b.pt")}, after)
+    spec = {**common, "project": str(tmp_path / "b"), "out": str(tmp_path / "b.pt")}
+    if script:  # the script loads the folder and skips its own count: the batches it trained, one a step
+        spec.update({"load": str(at), "skip": save_at})
+    else:
+        shutil.copytree(at, tmp_path / "b" / "checkpoints" / f"step-{save_at}")
+    done = _launch(tmp_path, spec, after)
     return done, tmp_path / "a.pt", tmp_path / "b.pt"
 
 
@@ -70,6 +73,28 @@ def test_a_resume_at_another_world_size_trains_each_sample_once(tmp_path, strate
         assert resumed["steps"] == straight["steps"]
         for name, w in straight["weights"].items():
             torch.testing.assert_close(resumed["weights"][name], w, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("save_point", ["step", "fetch"])
+def test_a_script_that_skips_its_own_count_after_load_state_resumes_exactly(tmp_path, save_point):
+    """Saved after optimizer step 3, or after fetching the fourth batch and before training it: either way the
+    checkpoint holds 3 batches, and the script's skip_first_batches(3) is taken as it is, without a note."""
+    done, a, b = straight_and_resumed(tmp_path, "ddp", "global", save_point, 2, 2, script=True)
+    _checked(done)
+    assert "skip_first_batches" not in done.stderr, done.stderr[-2000:]
+    straight, resumed = torch.load(a), torch.load(b)
+    assert resumed["epochs"] == straight["epochs"]
+    for name, w in straight["weights"].items():
+        assert torch.equal(resumed["weights"][name], w), name
+
+
+def test_a_script_that_skips_after_a_shape_change_goes_on_where_the_checkpoint_stopped(tmp_path):
+    """3 steps of 8 samples at world 2; at world 4, 3 batches of every rank would be 48 samples."""
+    done, a, b = straight_and_resumed(tmp_path, "ddp", "rank", "fetch", 2, 4, script=True)
+    _checked(done)
+    assert "skip_first_batches(3): the checkpoint stopped after 24 samples of epoch 0" in done.stderr
+    assert "would lose 24 samples" in done.stderr
+    assert_each_sample_once_an_epoch(torch.load(b))
 
 
 def test_zero_at_another_world_size_is_refused_naming_both_sizes(tmp_path):

@@ -58,7 +58,8 @@ def test_a_transformers_script_resumed_from_its_step_checkpoint_ends_as_a_straig
     straight, cut = tmp_path / "straight", tmp_path / "cut"
     assert final(cut) == final(straight)  # dropout too: every rank's random state came back
     # the script asked to skip 3 batches of epoch 1; the checkpoint stood after 2 (a window closed with epoch 0)
-    assert "skip_first_batches(3): the checkpoint stopped after batch 2 of this epoch" in resumed.stderr
+    assert "skip_first_batches(3): the checkpoint stopped after 12 samples of epoch 1" in resumed.stderr
+    assert "accumulation windows" in resumed.stderr and "would lose 6 samples" in resumed.stderr
     for rank in (0, 1):
         first, second = seen(cut, rank)[:12], seen(cut, rank)[14:]  # step 7's two batches died with it
         assert first + second == seen(straight, rank)  # no batch lost, none twice

@@ -92,7 +92,9 @@ class Accelerator:
                                accumulation_steps=s.accumulation_steps)
         self.precision = Precision(s.mixed_precision, self.device, self.strategy, self.handlers.get(GradScalerKwargs),
                                    self.handlers.get(AutocastKwargs))
-        self.gradient_state = GradientState(gradient_accumulation_plugin)
+        # as Accelerate's: GradientState().num_steps is the accumulation however it was given
+        self.gradient_state = GradientState(gradient_accumulation_plugin or GradientAccumulationPlugin(
+            num_steps=s.accumulation_steps))
         self.gradient_state.sync_gradients = True
         self.training = TrainingState()
         self._trigger = False  # set_trigger / check_trigger

@@ -67,3 +67,15 @@ def test_jsonl_tracking_on_the_main_process(single, tmp_path):
     acc.end_training()
     lines = [json.loads(x) for x in (tmp_path / "logs" / "run1.jsonl").read_text().splitlines()]
     assert lines[0]["config"] == {"lr": 0.1} and (lines[1]["step"], lines[1]["loss"]) == (3, 0.5)
+
+
+def test_gradient_state_knows_the_accumulation_however_it_was_given(single):
+    """As Accelerate's: GradientState().num_steps is what the script gave as a number, too (load_state's skip
+    correction reads it)."""
+    from hpc import Accelerator, GradientAccumulationPlugin
+    from hpc.runtime.gradient_state import GradientState
+
+    Accelerator(gradient_accumulation_steps=3, cpu=True)
+    assert GradientState().num_steps == 3
+    Accelerator(gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=5), cpu=True)
+    assert GradientState().num_steps == 5

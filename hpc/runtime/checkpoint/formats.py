@@ -185,8 +185,8 @@ class DeepSpeedFormat:
 
     name = "deepspeed"
     folder, tag = "deepspeed", "state"
-    # why it loads at its own world size only (None: any): DeepSpeed reads rank r's ZeRO partition file as
-    # rank r's, so at another world size it fails, or (fewer ranks) loads partitions cut for other ranks
+    # why it loads at its own world size only (None: any): DeepSpeed 0.19's engine refuses a ZeRO checkpoint of
+    # another data-parallel size (its elastic_checkpoint too) with a traceback; hpc says so before it starts
     fixed_world = "DeepSpeed's ZeRO checkpoints hold one optimizer partition per rank and do not reshard"
 
     def __init__(self, strategy):

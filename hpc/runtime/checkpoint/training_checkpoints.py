@@ -140,7 +140,7 @@ class TrainingCheckpoints:
         training = self.training
         training.completed_steps, training.micro_step = int(meta.get("step", 0)), int(meta.get("micro_step", 0))
         saved_world = meta.get("world_size")
-        accumulation = GradientState().num_steps
+        accumulation = GradientState().num_steps or 1
         moved = []
         for loader, where in zip(training.loaders, meta.get("loaders", [])):
             point = EpochPoint.from_state(where, loader.unit, loader.shape, saved_world)
