@@ -232,3 +232,47 @@ def test_a_count_computed_from_accumulated_steps_is_corrected_and_said(capsys):
 def test_a_checkpoint_at_the_epochs_last_batch_restarts_at_the_next_epoch():
     dl = restarted(EpochPoint(0, N, "sample", Shape(2, 4, False)))
     assert dl.epoch == 1 and first_of(SkipFirstBatches(dl, 0)) == [0, 1, 2, 3]
+
+
+# --- a StatefulDataLoader's stream ----------------------------------------------------------------------
+STATEFUL = {"use_stateful_dataloader": True, "dispatch_batches": False, "even_batches": False}
+
+
+def stateful_stream(rank, world, bs, n=24, plain=False):
+    """A stream read through a StatefulDataLoader; `plain`: a dataset with no state of its own, which the loader's
+    state puts back by counting the batches it had yielded."""
+    from tests.unit.test_data_loading import StatefulStream
+
+    data = SizedStream(n) if plain else StatefulStream(n)
+    return simulated_rank(lambda: DataLoader(data, batch_size=bs), rank, world, **STATEFUL)[0]
+
+
+def test_a_stateful_stream_saved_with_a_batch_in_hand_resumes_at_the_point_not_past_it():
+    dl = stateful_stream(0, 1, 2)
+    dl.training = TrainingState()
+    dl.training.optimizers.append(object())
+    it = iter(dl)
+    next(it)
+    dl.training.worked()
+    next(it)  # fetched, then saved before its step
+    state = dl.state_dict()
+    assert "reader" not in state and state["consumed"] == 2
+    again = stateful_stream(0, 1, 2)
+    again.load_state_dict(state)
+    assert [b.tolist() for b in again][0] == [2, 3]
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["stateful dataset", "plain dataset"])
+def test_a_stateful_stream_resumed_in_another_shape_reads_up_to_the_point(plain):
+    dl = stateful_stream(0, 2, 2, plain=plain)
+    it = iter(dl)
+    next(it), next(it)  # two rounds of world 2: samples 0-7
+    state = dl.state_dict()
+    assert "reader" in state and state["consumed"] == 8
+    seen = []
+    for rank in range(4):
+        again = stateful_stream(rank, 4, 1, plain=plain)  # batches of 1: the saved state counts batches of 2
+        again.restore_reader(state["reader"])
+        again.load_state_dict(state)
+        seen += [i for b in again for i in b.tolist()]
+    assert sorted(seen) == list(range(8, 24))

@@ -169,6 +169,9 @@ class PreparedDataLoader:
 
     def continue_from(self, point: EpochPoint) -> None:
         """The next pass continues the point's epoch right after what it consumed."""
+        if point.shape != self.shape and getattr(self._reader, "restore", None) is not None:
+            # a StatefulDataLoader's state counts the batches of the shape it was saved in: read up to the point
+            self._reader.restore = None
         self._reader.check_start(point.consumed)
         self._epoch, self._start, self._handed = point.epoch, point.consumed, 0
 
@@ -226,8 +229,10 @@ class PreparedDataLoader:
 
     def state_dict(self) -> dict:
         out = self.point().state(self.position)
-        if getattr(self._reader, "stateful", False) and self._reader.after is not None:
-            out["reader"] = self._reader.after  # where a StatefulDataLoader's stream stands
+        # where a StatefulDataLoader's stream stands, once its last batch handed out is trained (a batch in hand
+        # would be past the point: the resume then reads up to the point instead)
+        if getattr(self._reader, "stateful", False) and self._reader.after is not None and not self._in_hand():
+            out["reader"] = self._reader.after
         return out
 
     def load_state_dict(self, state: dict, saved_world: int | None = None) -> None:
