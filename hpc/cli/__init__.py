@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
+import click.formatting
 
 from hpc import ACCELERATE_API_VERSION, HPC_VERSION
 from hpc.errors import EXIT_USER_ERROR, HpcError, one_line
@@ -80,9 +82,28 @@ def _usage_error(e: click.ClickException) -> str:
     return message
 
 
+def _help_width() -> int | None:
+    """The help's width by click's own rule (the terminal's columns, at most 80, less 2; at least 50), found here
+    because click finds it through shutil, whose import (bz2, lzma) is a tenth of `hpc --help`'s own time.
+    None (click decides) where a test runner forces a width."""
+    if click.formatting.FORCED_WIDTH is not None:
+        return None
+    # shutil.get_terminal_size's order: COLUMNS if a positive number, then stdout's terminal, else 80
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+        except (AttributeError, ValueError, OSError):
+            columns = 80
+    return max(min(columns, 80) - 2, 50)
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
-        cli.main(args=argv, prog_name="hpc", standalone_mode=False)
+        cli.main(args=argv, prog_name="hpc", standalone_mode=False, terminal_width=_help_width())
     except HpcError as e:
         click.echo(f"hpc: error: {one_line(str(e))}", err=True)
         sys.exit(EXIT_USER_ERROR)
