@@ -1,7 +1,8 @@
 """Copy the project's code into the job folder at submit, so later edits never change a queued job.
 
-What looks like a credential (``.env``, ``.netrc``, ``id_rsa``, ``*.pem``, ``.aws/credentials``, ...) is never
-copied, even when git tracks it: the job folder is read on the cluster, by its admins and backups. A symlink is
+What looks like a credential (``.env``, ``.netrc``, ``id_rsa``, ``*.pem``, ``.aws/credentials``, ``.secrets.yaml``,
+a private key in any file; ``credential_files.py`` says which) is never copied, in a git work tree or a walked
+folder, even when git tracks it: the job folder is read on the cluster, by its admins and backups. A symlink is
 copied as the file it points to when that file is in the project, and left out when it leads out of it (a link
 to ~/.ssh/id_rsa); a link to a folder is left out, as before. What was left out is in the result's ``left_out``.
 """
@@ -14,20 +15,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from hpc.cluster.credential_files import holds_private_key, is_credential
 from hpc.errors import HpcError
 
 DEFAULT_INCLUDE = ("*.py", "*.yaml", "*.yml", "*.json", "*.toml", "*.txt", "*.sh", "*.cfg", "*.ini")
 SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".pytest_cache", ".hypothesis"}
 MAX_BYTES = 256 * 1024 * 1024
-# file names (any folder) and paths (from any folder down) that hold credentials
-CREDENTIAL_NAMES = (".env", ".env.*", ".envrc", ".netrc", "_netrc", ".git-credentials", ".pypirc", ".npmrc",
-                    ".yarnrc", ".yarnrc.yml", ".pgpass", ".my.cnf", ".s3cfg", ".boto", ".htpasswd", ".vault-token",
-                    "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.kdbx", "*.gpg",
-                    "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk", "id_ed25519_sk", "id_*",
-                    "*_rsa", "*_dsa", "*_ecdsa", "*_ed25519", "credentials", "credentials.json",
-                    "service-account*.json", "client_secret*.json", "*.tfvars", "terraform.tfstate*")
-CREDENTIAL_PATHS = (".aws/*", ".ssh/*", ".gnupg/*", ".docker/config.json", ".kube/config", ".kube/*.yaml",
-                    ".config/gcloud/*", ".azure/*", ".terraform.d/credentials*", ".config/hub", ".config/gh/hosts.yml")
 LEFT_OUT_SHOWN = 20  # names kept in the record; the count says how many in all
 
 
@@ -64,28 +57,6 @@ def _walk_files(root: Path, include: list[str], exclude: list[str]) -> list[str]
     return sorted(out)
 
 
-def is_credential(rel: str) -> bool:
-    """A path (relative to the project) whose file looks like it holds a secret. ``id_*`` is a key unless it has
-    a suffix (id_rsa.pub is left alone, as is id_map.py)."""
-    parts = rel.split("/")
-    name = parts[-1]
-    if name.startswith("id_") and "." in name:
-        return name.endswith((".pem", ".key"))
-    if any(fnmatch.fnmatch(name, pat) for pat in CREDENTIAL_NAMES):
-        return True
-    return any(fnmatch.fnmatch("/".join(parts[i:]), pat) for i in range(len(parts) - 1) for pat in CREDENTIAL_PATHS)
-
-
-def _looks_like_private_key(path: Path) -> bool:
-    """A PEM or OpenSSH private key, whatever its name."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-    except OSError:
-        return False
-    return head.startswith(b"-----BEGIN ") and b"PRIVATE KEY" in head
-
-
 def take(cwd: Path, dest: Path, exclude_dirs: list[Path], include: list[str] | None = None,
          exclude: list[str] | None = None) -> tuple[Path, dict]:
     """Copy the code under ``cwd``'s project into ``dest``; returns (the matching workdir, what was taken).
@@ -111,7 +82,7 @@ def take(cwd: Path, dest: Path, exclude_dirs: list[Path], include: list[str] | N
             continue  # deleted but still tracked, a link to a folder, or the job folders themselves
         real = src.resolve()
         if not real.is_relative_to(real_root) or is_credential(rel) \
-                or is_credential(real.relative_to(real_root).as_posix()) or _looks_like_private_key(real):
+                or is_credential(real.relative_to(real_root).as_posix()) or holds_private_key(real):
             left_out.append(rel)
             continue
         total += real.stat().st_size
