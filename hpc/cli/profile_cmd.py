@@ -1,4 +1,4 @@
-"""`hpc profile list|show|validate|new`."""
+"""`hpc profile list|show|validate|new|check`."""
 
 from __future__ import annotations
 
@@ -75,13 +75,28 @@ def show(name, as_json):
 
 @profile.command()
 @click.argument("refs", nargs=-1, required=True)
-def validate(refs):
+@click.option("--live", is_flag=True, help="Also hold each against its live cluster (as `hpc profile check`).")
+def validate(refs, live):
     """Check profiles by name or path; exit 2 at the first invalid one."""
     from hpc.cluster.config import profiles
 
     for ref in refs:
         prof, path, _ = profiles.load(ref)
         click.echo(f"ok: {prof.name} ({path})")
+        if live:
+            from hpc.cli.profile_detect import check as check_live
+
+            check_live(ref)
+
+
+@profile.command()
+@click.argument("name")
+def check(name):
+    """The profile NAME against the live cluster (here, or over SSH through its remote): one line per
+    difference (a partition gone, a time above its limit, GPUs the nodes do not have); exit 2 on any."""
+    from hpc.cli.profile_detect import check as check_live
+
+    check_live(name)
 
 
 _QUESTIONS = [
@@ -113,17 +128,35 @@ def _new_options(fn):
 @_new_options
 @click.option("-o", "--out", type=click.Path(dir_okay=False),
               help="Where to write it [default: ./cluster_configs/NAME.yaml].")
-@click.option("--yes", "-y", is_flag=True, help="Take the default for every question not given as a flag.")
-def new(name, out, yes, **answers):
+@click.option("--yes", "-y", is_flag=True, help="Take the default for every question not given as a flag "
+              "(with --detect: leave out what the cluster does not say).")
+@click.option("--detect", is_flag=True, help="Read the partition, nodes, GPUs, limits, account, QOS, preemption, "
+              "features and network from the live cluster (scontrol, sacctmgr); flags still win.")
+@click.option("--remote", "remote_ref", metavar="PROFILE",
+              help="With --detect: ask the cluster over SSH through PROFILE's login node (its remote: settings, "
+                   "copied into the new profile).")
+@click.option("--qos", help="QOS to run in.")
+@click.option("--constraint", help="Node features the job needs (sbatch --constraint).")
+@click.option("--max-nodes", "max_nodes", type=click.IntRange(min=1), help="Most nodes a job may ask for.")
+def new(name, out, yes, detect, remote_ref, qos, constraint, max_nodes, **answers):
     """Create a profile by answering questions; every answer can be given as a flag.
 
     \b
     Example (no questions asked):
       hpc profile new mycluster --partition gpu --gpus-per-node 4 --launcher torchrun -y
+    From what the cluster says about itself (on its login node, or through a profile's remote):
+      hpc profile new mycluster --detect -y
     """
-    import yaml
+    if remote_ref and not detect:
+        raise HpcError("--remote names the login node to detect through", fix="add --detect, or drop --remote")
+    extra = {"qos": qos, "constraint": constraint, "max_nodes": max_nodes}
+    if detect:
+        _target(name, out)  # taken: said before the cluster is asked
+        from hpc.cli.profile_detect import detected_text
 
-    from hpc.cluster.config import profiles
+        _write(name, out, detected_text(name, {**answers, **extra}, _QUESTIONS, yes, remote_ref))
+        return
+    import yaml
 
     for key, prompt, default, tp in _QUESTIONS:
         if answers[key] is None and yes:
@@ -143,16 +176,30 @@ def new(name, out, yes, **answers):
             data[key] = answers[key]
     if answers["modules"]:
         data["modules"] = [m.strip() for m in answers["modules"].split(",") if m.strip()]
+    data.update({k: v for k, v in extra.items() if v not in (None, "")})
     data["preemption"] = {"signal": answers["signal"], "lead_time": answers["lead_time"], "requeue": True}
+    _write(name, out, f"# Written by `hpc profile new`; see `hpc profile show {name}` for every key.\n"
+           + yaml.safe_dump(data, sort_keys=False))
+
+
+def _target(name: str, out: str | None) -> tuple[Path, HpcError]:
+    """Where the profile goes, and the error if something is there already (raised now if so)."""
     target = Path(out) if out else Path("cluster_configs") / f"{name}.yaml"
     taken = HpcError(f"{target} already exists", fix="choose another name or -o path; hpc never overwrites a profile")
     if target.exists():  # before the folder is made or the profile checked
         raise taken
+    return target, taken
+
+
+def _write(name: str, out: str | None, text: str) -> None:
+    """The profile's text into ./cluster_configs/NAME.yaml (or ``out``), validated first; never over a file."""
+    from hpc.cluster.config import profiles
+
+    target, taken = _target(name, out)
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         with replacing(target.absolute(), new=True) as tmp:  # validated before it takes the real name
-            tmp.write_text(f"# Written by `hpc profile new`; see `hpc profile show {name}` for every key.\n"
-                           + yaml.safe_dump(data, sort_keys=False))
+            tmp.write_text(text)
             profiles.load(str(tmp))
     except FileExistsError:  # made meanwhile
         raise taken from None

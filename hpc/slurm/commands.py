@@ -180,6 +180,66 @@ class Slurm:
             raise self._failure(["sinfo"], proc)
         return proc.stdout.strip()
 
+    # --- what the cluster says about itself (hpc profile new --detect, hpc profile check) ---------------------
+    def show_records(self, kind: str) -> list[dict[str, str]]:
+        """``scontrol show partition|node -o``: one dict per partition or node."""
+        proc = self._ask(["scontrol", "show", kind, "-o"])
+        if proc.returncode != 0:
+            raise self._failure(["scontrol"], proc)
+        return parse_records(proc.stdout)
+
+    def config(self) -> dict[str, str]:
+        """``scontrol show config``: slurm.conf as the controller runs it."""
+        proc = self._ask(["scontrol", "show", "config"])
+        if proc.returncode != 0:
+            raise self._failure(["scontrol"], proc)
+        return parse_config(proc.stdout)
+
+    def associations(self, user: str) -> list[dict[str, str]] | None:
+        """The user's associations (account, partition, QOS, default QOS) from slurmdbd; None where there is no
+        slurmdbd to ask (``sacctmgr`` answers only with accounting_storage/slurmdbd) or it does not answer."""
+        proc = self._ask(["sacctmgr", "-n", "-P", "show", "associations", "where", f"user={user}",
+                          "format=Account,Partition,QOS,DefaultQOS"])
+        if proc.returncode != 0:
+            return None
+        return parse_fields(proc.stdout, ("account", "partition", "qos", "default_qos"))
+
+    def default_account(self, user: str) -> str | None:
+        proc = self._ask(["sacctmgr", "-n", "-P", "show", "user", user, "format=DefaultAccount"])
+        if proc.returncode != 0:
+            return None
+        return next((line.strip() for line in proc.stdout.splitlines() if line.strip()), None)
+
+    def qos_preemption(self, names: Sequence[str]) -> dict[str, tuple[str, int | None]] | None:
+        """QOS name -> (PreemptMode, GraceTime seconds) from slurmdbd; None where it does not answer."""
+        proc = self._ask(["sacctmgr", "-n", "-P", "show", "qos", ",".join(names), "format=Name,PreemptMode,GraceTime"])
+        if proc.returncode != 0:
+            return None
+        return {row["name"]: (row["preempt_mode"], formats.parse_time(row["grace"]) if row["grace"] else 0)
+                for row in parse_fields(proc.stdout, ("name", "preempt_mode", "grace"))}
+
+    # Not SLURM's, but asked where its clients run (here, or the login node over SSH) through the same runner:
+    # who SLURM sees, and which of that machine's networks the nodes' addresses are on.
+    def login_user(self) -> str | None:
+        proc = self.run(["id", "-un"])
+        return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+    def networks(self) -> list[tuple[str, str]] | None:
+        """``ip -o addr show``: (interface, address/prefix) of the machine SLURM's clients run on."""
+        try:
+            proc = self.run(["ip", "-o", "addr", "show"])
+        except HpcError:  # no ip command here: a fact unknown, not an error
+            return None
+        return parse_ip_addresses(proc.stdout) if proc.returncode == 0 else None
+
+    def addresses(self, hosts: Sequence[str]) -> dict[str, str]:
+        """Host names -> an address (``getent hosts``); names that do not resolve are left out."""
+        try:
+            proc = self.run(["getent", "hosts", *hosts])
+        except HpcError:
+            return {}
+        return parse_getent(proc.stdout, hosts)
+
 
 def sbatch_job_id(returncode: int, stdout: str, stderr: str) -> str:
     """What ``sbatch --parsable`` answered -> the job id (``jobid[;cluster]``: the cluster part is dropped)."""
@@ -218,6 +278,85 @@ def parse_accounting(text: str) -> dict[str, list[tuple[TaskState, float | None]
             idents = [f"{pending.group(1)}_{i}" for i in array_spec.indices(pending.group(2))]
         for ident in idents:
             out.setdefault(ident, []).append(row)
+    return out
+
+
+def parse_records(text: str) -> list[dict[str, str]]:
+    """``scontrol show ... -o``: a line per record of ``Key=Value`` words -> a dict each. A value never holds a
+    space in one-line output except OS= and Reason= (both free text): the words that follow them without an
+    ``=`` belong to them."""
+    records = []
+    for line in text.splitlines():
+        record: dict[str, str] = {}
+        key = None
+        for word in line.split():
+            name, eq, value = word.partition("=")
+            if eq and re.fullmatch(r"[A-Za-z][A-Za-z0-9_:/]*", name):
+                key, record[name] = name, value
+            elif key is not None:
+                record[key] += " " + word
+        if record:
+            records.append(record)
+    return records
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """``scontrol show config``: ``Key = Value`` lines -> a dict (the header and blank lines dropped)."""
+    conf = {}
+    for line in text.splitlines():
+        key, eq, value = line.partition("=")
+        if eq and key.strip():
+            conf[key.strip()] = value.strip()
+    return conf
+
+
+def parse_fields(text: str, names: Sequence[str]) -> list[dict[str, str]]:
+    """``-n -P`` output (``|`` between fields) -> a dict per line, by the names given."""
+    rows = []
+    for line in text.splitlines():
+        if line.strip():
+            rows.append(dict(zip(names, (part.strip() for part in (line.split("|") + [""] * len(names))))))
+    return rows
+
+
+def parse_gres(text: str) -> dict[str, tuple[str | None, int]]:
+    """A node's ``Gres=`` (``gpu:a100:4(S:0-1),nic:1``) -> name -> (type or None, count), types of one name
+    added up (a node with ``gpu:a100:2,gpu:v100:2`` has 4 GPUs, of no one type)."""
+    out: dict[str, tuple[str | None, int]] = {}
+    for item in re.sub(r"\([^)]*\)", "", text or "").split(","):
+        parts = item.strip().split(":")
+        if not parts[0] or parts[0] == "(null)":
+            continue
+        count = int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 1
+        kind = parts[1] if len(parts) == 3 else None
+        if parts[0] in out:
+            old_kind, old = out[parts[0]]
+            out[parts[0]] = (old_kind if old_kind == kind else None, old + count)
+        else:
+            out[parts[0]] = (kind, count)
+    return out
+
+
+def parse_ip_addresses(text: str) -> list[tuple[str, str]]:
+    """``ip -o addr show`` lines -> (interface, address/prefix), IPv4 and IPv6."""
+    out = []
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 4 and words[2] in ("inet", "inet6"):
+            out.append((words[1].split("@")[0], words[3]))
+    return out
+
+
+def parse_getent(text: str, hosts: Sequence[str]) -> dict[str, str]:
+    """``getent hosts A B ...`` lines (``ADDRESS NAME [ALIASES]``, one per name found) -> name -> address. A line
+    is given to the name asked that it lists; one that lists none of them (a DNS name of another spelling) is
+    left out rather than guessed."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        words = line.split()
+        for host in hosts:
+            if len(words) >= 2 and host not in out and (host in words[1:] or host == words[0]):
+                out[host] = words[0]
     return out
 
 

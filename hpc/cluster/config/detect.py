@@ -1,0 +1,159 @@
+"""A profile from what the cluster says about itself (``hpc profile new --detect``), and a profile held against
+it (``hpc profile check``).
+
+Each detected value carries where it came from, written as a comment above its key; what SLURM does not state is
+left out, never guessed (the profile's defaults, or the user's flags, then apply).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+
+from hpc.slurm import formats
+from hpc.slurm.cluster_facts import ClusterFacts, Partition
+
+COMMENT_WIDTH = 110
+HPC_DEFAULT_TIME = "01:00:00"  # ClusterProfile's default_time, which must stay within a detected max_time
+
+
+@dataclass
+class Detected:
+    key: str
+    value: object
+    source: str  # where the value came from, as the comment above it says
+
+
+def limit_nodes(p: Partition) -> tuple[int, str] | None:
+    """The most nodes a job of partition ``p`` may get, and the setting that says so (``TotalNodes=4``)."""
+    limits = [(v, f"{k}={v}") for k, v in (("MaxNodes", p.max_nodes), ("TotalNodes", p.total_nodes)) if v]
+    return min(limits) if limits else None
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def detect(facts: ClusterFacts, partition: Partition, gpus_per_node: int | None = None) -> list[Detected]:
+    """The profile's values that the cluster states, in the order a profile lists them. ``gpus_per_node``: the
+    user's own count (a flag), which the node's CPUs are then shared by."""
+    p = partition
+    out = [Detected("partition", p.name,
+                    "the cluster's default partition (Default=YES)" if p.default
+                    else "the partition asked for (--partition)")]
+    if facts.access is not None:
+        a = facts.access
+        account = a.default_account if a.default_account in a.accounts else (a.accounts[0] if a.accounts else None)
+        if account:
+            others = [x for x in a.accounts if x != account]
+            out.append(Detected("account", account, f"{a.user}'s default account (sacctmgr show user)"
+                                + (f"; also allowed: {', '.join(others)}" if others else "")))
+        if a.default_qos:
+            others = [q for q in a.qos if q != a.default_qos]
+            out.append(Detected("qos", a.default_qos, f"{a.user}'s default QOS (sacctmgr show associations)"
+                                + (f"; also allowed: {', '.join(others)}" if others else "")))
+    features = p.common_features()
+    if features:
+        out.append(Detected("constraint", "&".join(features),
+                            f"features every node of {p.name} has (AvailableFeatures)"
+                            + _other_features(p, features)))
+    nodes = limit_nodes(p)
+    if nodes:
+        out.append(Detected("max_nodes", nodes[0], f"partition {p.name}: {nodes[1]} (scontrol show partition)"))
+    if facts.max_array_size:
+        out.append(Detected("max_array_size", facts.max_array_size, "MaxArraySize (scontrol show config)"))
+    gpus, cpus = p.fewest("gpus"), p.fewest("cpus")
+    if gpus:
+        spread = "" if gpus == p.most("gpus") else f" (its smallest node; some have {p.most('gpus')})"
+        out.append(Detected("gpus_per_node", gpus, f"GPUs (GRES gpu) on each node of {p.name}{spread}"))
+        if p.gpu_type():
+            out.append(Detected("gpu_type", p.gpu_type(), f"the GRES type of {p.name}'s GPUs"))
+        if facts.select_type == "select/cons_res":
+            out.append(Detected("gres_style", "gres", "SelectType=select/cons_res knows no --gpus-per-node"))
+        used = gpus_per_node or gpus
+        if cpus and cpus >= used:
+            out.append(Detected("cpus_per_task", cpus // used,
+                                f"{_plural(cpus, 'CPU')} (CPUTot) of {p.name}'s smallest node shared by "
+                                + (f"the {_plural(used, 'GPU')} asked for" if used != gpus
+                                   else f"its {_plural(gpus, 'GPU')}")))
+    elif gpus == 0 and cpus:
+        out.append(Detected("tasks_per_node", cpus,
+                            f"no GPUs: one process per CPU of {p.name}'s smallest node (CPUTot={cpus})"))
+        out.append(Detected("cpus_per_task", 1, "one CPU each"))
+    if p.default_time:
+        out.append(Detected("default_time", p.default_time,
+                            f"partition {p.name}: DefaultTime (scontrol show partition)"))
+    elif p.max_time_s is not None and p.max_time_s < formats.parse_time(HPC_DEFAULT_TIME):
+        out.append(Detected("default_time", p.max_time,
+                            f"partition {p.name} has no DefaultTime: SLURM gives a job MaxTime, below hpc's "
+                            f"{HPC_DEFAULT_TIME}"))
+    if p.max_time:
+        out.append(Detected("max_time", p.max_time, f"partition {p.name}: MaxTime (scontrol show partition)"))
+    if facts.interface:
+        iface, network = facts.interface
+        out.append(Detected("network_interface", iface,
+                            f"the nodes' addresses (NodeAddr) are on {network}, the network of {iface} where "
+                            "SLURM's clients run (ip addr)"))
+    mode, grace, said = preemption(facts, p)
+    if grace:
+        out.append(Detected("preemption.lead_time", grace,
+                            f"{said}: a preempted job's tasks get TERM and {grace} s to save; the same save must fit "
+                            "before the time limit"))
+    else:
+        out.append(Detected("", None, preemption_note(facts, p)))
+    return out
+
+
+def preemption(facts: ClusterFacts, p: Partition) -> tuple[str, int, str]:
+    """(PreemptMode, GraceTime s, where that was read) of jobs in partition ``p`` as the user would run them."""
+    if facts.preempt_type == "preempt/none":
+        return "OFF", 0, "PreemptType=preempt/none"
+    if facts.preempt_type == "preempt/qos":
+        a = facts.access
+        qos = a.default_qos if a else None
+        if a and qos in a.qos_preemption:
+            mode, grace = a.qos_preemption[qos]
+            return mode or "OFF", grace or 0, f"QOS {qos}: PreemptMode={mode or 'OFF'} GraceTime={grace or 0}"
+        return "OFF", 0, "PreemptType=preempt/qos, no QOS known"
+    return p.preempt_mode, p.grace_time, f"partition {p.name}: PreemptMode={p.preempt_mode} GraceTime={p.grace_time}"
+
+
+def preemption_note(facts: ClusterFacts, p: Partition) -> str:
+    """A comment line on preemption, also when there is nothing to set."""
+    mode, grace, said = preemption(facts, p)
+    if mode.upper().startswith("OFF"):
+        return f"{said}: jobs here are not preempted; only the time limit stops them"
+    if not grace:
+        return f"{said}: a preempted job is killed at once (no time to save); it resumes from its last checkpoint"
+    return f"{said}"
+
+
+def _other_features(p: Partition, common: list[str]) -> str:
+    rest = [f for f in p.all_features() if f not in common]
+    return f"; some nodes also have: {', '.join(rest)}" if rest else ""
+
+
+def render(header: str, entries: list[Detected]) -> str:
+    """The profile as YAML with each value's source as a comment above it. Dotted keys (``preemption.lead_time``)
+    go under their mapping; a mapping value (``remote``) is written whole under its comment; an empty key is a
+    comment line alone."""
+    import yaml
+
+    def dump(key: str, value, indent: str) -> list[str]:
+        text = yaml.safe_dump({key: value}, sort_keys=False, default_flow_style=False, width=1000)
+        return [indent + line for line in text.splitlines()]
+
+    def comment(source: str, indent: str) -> list[str]:
+        return [f"{indent}# {line}" for line in textwrap.wrap(source, COMMENT_WIDTH - len(indent))]
+
+    blocks: dict[str, list[str]] = {}  # top-level key -> its lines, in the order first seen
+    for n, e in enumerate(entries):
+        top, _, child = e.key.partition(".")
+        if not top:  # a note: a comment of its own
+            blocks[f"#{n}"] = comment(e.source, "")
+        elif child:
+            block = blocks.setdefault(top, [f"{top}:"])
+            block += comment(e.source, "  ") + dump(child, e.value, "  ")
+        else:
+            blocks[top] = comment(e.source, "") + dump(top, e.value, "")
+    return "\n".join([*comment(header, ""), *(line for b in blocks.values() for line in b)]) + "\n"
