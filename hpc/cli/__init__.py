@@ -74,9 +74,14 @@ def cli():
 def _usage_error(e: click.ClickException) -> str:
     """click's error as one line: what is wrong, and where the help is (click prints the usage on three)."""
     message = e.format_message()
-    if isinstance(e, click.exceptions.NoSuchOption):
-        message += " The script's own arguments go after '--': hpc render train.py -- --lr 3e-4"
     ctx = getattr(e, "ctx", None)
+    if isinstance(e, click.exceptions.NoSuchOption) and not e.possibilities and ctx is not None:
+        # click suggests only close spellings: a flag cut short (--gpus) is named by what it begins
+        longer = sorted(o for p in ctx.command.params for o in p.opts if o.startswith(e.option_name))
+        if longer:
+            message = message.rstrip(".") + f". (Did you mean {' or '.join(repr(o) for o in longer[:3])}?)"
+    if isinstance(e, click.exceptions.NoSuchOption) and _takes_script(ctx):
+        message += " The script's own arguments go after '--': hpc render train.py -- --lr 3e-4"
     if isinstance(e, click.UsageError) and ctx is not None:
         message = f"{message.rstrip('.')}; fix: see '{ctx.command_path} --help'"
     return message
@@ -99,6 +104,13 @@ def _help_width() -> int | None:
         except (AttributeError, ValueError, OSError):
             columns = 80
     return max(min(columns, 80) - 2, 50)
+
+
+def _takes_script(ctx) -> bool:
+    """Whether the command runs a script with arguments of its own (submit, render, test, launch), for which an
+    unknown flag is most likely the script's."""
+    params = ctx.command.params if ctx is not None else []
+    return any(isinstance(p, click.Argument) and p.name == "args" and p.nargs == -1 for p in params)
 
 
 def main(argv: list[str] | None = None) -> None:
