@@ -55,3 +55,5 @@ _LAZY.update({name: ("hpc.big_modeling", name) for name in (
 _LAZY.update({"BatchInference": ("hpc.inference", "BatchInference"), "read_outputs": ("hpc.inference", "read_outputs")})
 # Accelerate's pipeline inference (`from accelerate import prepare_pippy`)
 _LAZY.update({"prepare_pippy": ("hpc.inference", "prepare_pippy")})
+# Accelerate's N-D parallelism (`from accelerate import ParallelismConfig`)
+_LAZY.update({"ParallelismConfig": ("hpc.runtime.parallelism", "ParallelismConfig")})

@@ -88,8 +88,13 @@ class Accelerator:
         if self.is_main_process:
             for note in s.notes:
                 print(f"hpc: note: {note}", file=sys.stderr)
+        self.parallelism_config = s.parallelism
+        mesh_settings = {}
+        if s.parallelism is not None:  # the sizes against this job's ranks, before the mesh is laid over them
+            s.parallelism.fit(self._process.world_size)
+            mesh_settings = {"parallelism": s.parallelism, "tp_plan": s.tp_plan}
         self.strategy = choose(s.strategy, self._process, self.handlers, s.plugin, mixed_precision=s.mixed_precision,
-                               accumulation_steps=s.accumulation_steps)
+                               accumulation_steps=s.accumulation_steps, **mesh_settings)
         self.precision = Precision(s.mixed_precision, self.device, self.strategy, self.handlers.get(GradScalerKwargs),
                                    self.handlers.get(AutocastKwargs))
         # as Accelerate's: GradientState().num_steps is the accumulation however it was given
@@ -131,6 +136,11 @@ class Accelerator:
     def state(self) -> AcceleratorState:
         """Accelerate's AcceleratorState: this process's facts and this Accelerator's choices."""
         return AcceleratorState()
+
+    @property
+    def torch_device_mesh(self):
+        """The job's DeviceMesh under a ParallelismConfig (Accelerate's name); None without one."""
+        return getattr(self.strategy, "device_mesh", None)
 
     @property
     def distributed_type(self) -> DistributedType:

@@ -7,6 +7,7 @@ builds one engine from both. Schedulers come last, to see the wrapped optimizers
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,14 @@ class Preparation:
                                "them")
 
     def _loader(self, loader, config: DataLoaderConfiguration, seed: int) -> PreparedDataLoader:
-        prepared = PreparedDataLoader(loader, world=self.process.world_size, rank=self.process.rank,
+        world, rank = self.strategy.data_parallel()
+        if world != self.process.world_size and config.dispatch_batches:
+            raise HpcError("dispatch_batches with tensor or context parallelism: rank 0 would send every rank a batch "
+                           "of its own, and the ranks of one tensor-parallel group need the same one",
+                           fix="drop dispatch_batches (each rank then reads its data-parallel share)")
+        if world != self.process.world_size and config.dispatch_batches is None:
+            config = dataclasses.replace(config, dispatch_batches=False)  # each reads its data-parallel share
+        prepared = PreparedDataLoader(loader, world=world, rank=rank,
                                       device=self.process.device, config=config, seed=seed,
                                       gradient_state=self.gradient_state, training=self.training)
         self.training.loaders.append(prepared)

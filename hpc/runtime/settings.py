@@ -26,9 +26,10 @@ from hpc.runtime.handlers import (
     InitProcessGroupKwargs,
     ProfileKwargs,
 )
+from hpc.runtime.parallelism import ParallelismConfig, TorchTensorParallelPlugin
 from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from hpc.runtime.precision import normalize
-from hpc.runtime.strategies import plugin_strategy
+from hpc.runtime.strategies import megatron, plugin_strategy
 
 # seconds without a step before a job's ranks are declared hung (profile/job key hang_timeout; 0: off). Far below
 # torch's own collective timeouts (gloo 30 min, NCCL 10 min), above any sane step; saves and loads are exempt.
@@ -100,18 +101,18 @@ class AcceleratorSettings:
     notes: list[str]  # one line each, printed by the main process
     resilience: Resilience
     checkpointing: Checkpointing
+    parallelism: Any = None  # a ParallelismConfig with a mesh to build (tp, dp_shard or cp > 1), else None
+    tp_plan: dict | None = None  # a tensor-parallel plan given with torch_tp_plugin
 
 
 def refuse_unsupported(*, device_placement: bool, rng_types, project_config, deepspeed_plugin, torch_tp_plugin,
                        megatron_lm_plugin, deepspeed_plugins, parallelism_config, **_resolved: Any) -> None:
     """What hpc cannot honour is refused by name rather than ignored."""
-    given = {"torch_tp_plugin": torch_tp_plugin, "megatron_lm_plugin": megatron_lm_plugin,
-             "deepspeed_plugins": deepspeed_plugins, "parallelism_config": parallelism_config}
-    for name, value in given.items():
-        if value is not None:
-            raise HpcError(f"Accelerator({name}=...) is not supported by hpc (tensor/context parallelism, "
-                           "Megatron-LM and several DeepSpeed engines are not built in)",
-                           fix=f"drop {name}; FSDP (HYBRID_SHARD) and DeepSpeed ZeRO are hpc's strategies")
+    if deepspeed_plugins is not None:
+        raise HpcError("Accelerator(deepspeed_plugins=...) is not supported by hpc (several DeepSpeed engines are "
+                       "not built in)", fix="pass one deepspeed_plugin")
+    if megatron_lm_plugin is not None:
+        megatron.refuse(megatron_lm_plugin)
     if not device_placement:
         raise HpcError("Accelerator(device_placement=False) is not supported by hpc (prepare() places models "
                        "and batches on the process's device)", fix="drop device_placement")
@@ -221,6 +222,14 @@ def _resolve(*, split_batches, mixed_precision, gradient_accumulation_steps, cpu
     if dynamo_backend is not None:
         values["dynamo_backend"] = str(getattr(dynamo_backend, "value", dynamo_backend))
     kind, plugin = choose_strategy(values, fsdp_plugin, deepspeed_plugin)
+    mesh_config, tp_plan = parallelism_of(_refused_or_kept.get("parallelism_config"),
+                                          _refused_or_kept.get("torch_tp_plugin"))
+    if mesh_config is not None:
+        if kind == "deepspeed":
+            raise HpcError(f"ParallelismConfig {mesh_config.describe()} with DeepSpeed: hpc composes tensor "
+                           "parallelism with FSDP2 only", fix="drop the deepspeed plugin (FSDP2 shards the rest)")
+        if kind != "fsdp":
+            kind, plugin = "fsdp", fsdp_plugin or FullyShardedDataParallelPlugin.from_config(values)
     mode = normalize(mixed_precision or values.get("mixed_precision"))
     steps = _accumulation_steps(gradient_accumulation_steps, gradient_accumulation_plugin, plugin, values)
     handlers = handlers_by_type(kwargs_handlers)
@@ -237,4 +246,33 @@ def _resolve(*, split_batches, mixed_precision, gradient_accumulation_steps, cpu
         debug=bool(values.get("debug")), compile=Compile.from_settings(values), notes=notes,
         resilience=_resilience(config, auto_resume),
         checkpointing=_checkpointing(config, project, where / "checkpoints", checkpoint_keep, checkpoint_async,
-                                     checkpoint_fsync, notes))
+                                     checkpoint_fsync, notes), parallelism=mesh_config, tp_plan=tp_plan)
+
+
+def parallelism_of(config, tp_plugin) -> tuple[Any, dict | None]:
+    """The ParallelismConfig that needs a mesh (tp, dp_shard or cp > 1), or None: pure data parallelism is DDP (or
+    the strategy asked for). Accelerate's launcher asks for one through ACCELERATE_USE_PARALLELISM_CONFIG and
+    PARALLELISM_CONFIG_*; torch_tp_plugin's tp_size is one with tensor parallelism, FSDP sharding the rest."""
+    if config is not None and not isinstance(config, ParallelismConfig):
+        raise HpcError(f"parallelism_config must be a ParallelismConfig, not {type(config).__name__}",
+                       fix="from hpc import ParallelismConfig")
+    if config is None and os.environ.get("ACCELERATE_USE_PARALLELISM_CONFIG", "").lower() in ("1", "true", "yes"):
+        config = ParallelismConfig()
+    tp_plan = None
+    if tp_plugin is not None:
+        if not isinstance(tp_plugin, TorchTensorParallelPlugin):
+            raise HpcError(f"torch_tp_plugin must be a TorchTensorParallelPlugin, not {type(tp_plugin).__name__}",
+                           fix="from hpc.utils import TorchTensorParallelPlugin")
+        if config is not None and config.tp_size not in (1, tp_plugin.tp_size):
+            raise HpcError(f"torch_tp_plugin asks for tp_size {tp_plugin.tp_size}, the ParallelismConfig for "
+                           f"{config.tp_size}", fix="give tp_size in one of them")
+        if config is None:  # FSDP shards over the ranks tensor parallelism leaves (ParallelismConfig.fit)
+            config = ParallelismConfig(tp_size=tp_plugin.tp_size)
+            config.shard_the_rest = True
+        config.tp_size, tp_plan = tp_plugin.tp_size, tp_plugin.tp_plan
+    if config is None or not (config.tp_enabled or config.cp_enabled or config.dp_shard_enabled):
+        return None, tp_plan
+    if config.cp_enabled:
+        raise HpcError(f"ParallelismConfig cp_size {config.cp_size}: context parallelism is not built into hpc yet",
+                       fix="use tp_size and dp_shard_size; cp_size 1")
+    return config, tp_plan

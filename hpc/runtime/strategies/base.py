@@ -20,6 +20,11 @@ class Strategy:
         self.mixed_precision, self.accumulation_steps = mixed_precision, accumulation_steps
 
     # --- preparing ----------------------------------------------------------------------------------
+    def data_parallel(self) -> tuple[int, int]:
+        """(how many distinct batches a step takes, which of them is this rank's): every rank its own, unless a
+        mesh gives tensor- or context-parallel ranks the same ones."""
+        return self.state.world_size, self.state.rank
+
     def prepare(self, models: list, optimizers: list, hints: dict) -> tuple[list, list]:
         """Wrap the models of one prepare() call; return the optimizers to use (the same, or replacements)."""
         return [self.wrap_model(m) for m in models], optimizers

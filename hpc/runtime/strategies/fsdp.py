@@ -2,6 +2,9 @@
 
 FULL_SHARD reshards after forward; SHARD_GRAD_OP keeps parameters gathered between forward and backward;
 NO_SHARD and HYBRID_SHARD use a 2-D mesh (replicate x shard): (world x 1), and (nodes x local ranks).
+With a ParallelismConfig the mesh is its (dp_replicate x dp_shard x cp x tp): tensor parallelism is applied first
+on "tp" (tensor_parallel.py), then FSDP shards over "dp_shard_cp", replicating over "dp_replicate" (HSDP): one
+code path for HSDP whichever way it was asked for, since both end in fully_shard over a (replicate, shard) mesh.
 """
 
 from __future__ import annotations
@@ -28,14 +31,28 @@ class FSDPStrategy(Strategy):
     name = "fsdp"
     needs_process_group = True
 
-    def __init__(self, state, handlers, plugin: FullyShardedDataParallelPlugin | None, **settings):
+    def __init__(self, state, handlers, plugin: FullyShardedDataParallelPlugin | None, parallelism=None,
+                 tp_plan: dict | None = None, **settings):
         super().__init__(state, handlers, **settings)
         self.plugin = plugin or FullyShardedDataParallelPlugin()
+        self.parallelism, self.tp_plan = parallelism, tp_plan
+        self.device_mesh = parallelism.get_device_mesh(state.device.type) if parallelism is not None else None
         self._new_params: dict[int, torch.nn.Parameter] = {}  # id(original parameter) -> its sharded successor
         self._optimizers: list[torch.optim.Optimizer] = []
 
     # --- preparing ----------------------------------------------------------------------------------
+    def data_parallel(self) -> tuple[int, int]:
+        if self.device_mesh is None:
+            return super().data_parallel()
+        if not self.parallelism.dp_dim_names:  # tensor parallelism alone: every rank takes the same batches
+            return 1, 0
+        dp = self.parallelism.submesh("dp")
+        return dp.size(), dp.get_local_rank()
+
     def mesh(self):
+        if self.device_mesh is not None:  # (dp_replicate x) dp_shard: HSDP or FSDP; None: tensor parallelism alone
+            names = self.parallelism.dp_dim_names  # cp is refused, so dp_shard_cp is dp_shard
+            return self.parallelism.submesh(*names) if names else None
         env, kind = self.state.env, self.plugin.sharding_strategy
         device = self.state.device.type
         if kind == "NO_SHARD":
@@ -96,6 +113,12 @@ class FSDPStrategy(Strategy):
             model = model.to(self.state.device)
         if plugin.sync_module_states:
             self._broadcast_from_rank0(model)
+        if self.device_mesh is not None and self.parallelism.tp_enabled:
+            from hpc.runtime.strategies import tensor_parallel
+
+            model = tensor_parallel.apply(model, self.parallelism.submesh("tp"), self.tp_plan)
+        if self.device_mesh is not None and self.mesh() is None:  # tensor parallelism alone: nothing to shard
+            return self._tensor_parallel_only(model, names)
         if plugin.activation_checkpointing:
             from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
 
@@ -114,6 +137,14 @@ class FSDPStrategy(Strategy):
                 fully_shard(module, **policy)
         fully_shard(model, **policy)
         now = {n.replace(_CHECKPOINT_PREFIX, ""): p for n, p in model.named_parameters()}
+        for old_id, name in names.items():
+            self._new_params[old_id] = now[name]
+        for opt in self._optimizers:
+            self._switch(opt)
+        return model
+
+    def _tensor_parallel_only(self, model, names: dict):
+        now = dict(model.named_parameters())
         for old_id, name in names.items():
             self._new_params[old_id] = now[name]
         for opt in self._optimizers:
@@ -183,6 +214,9 @@ class FSDPStrategy(Strategy):
         return _gradient_sync_off(model)
 
     def clip_grad_norm_(self, parameters, max_norm: float, norm_type: float = 2.0):
+        parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        if self.device_mesh is not None:  # gradients on several meshes (tp x dp layers, dp-only norms)
+            return _clip_over_meshes(parameters, max_norm, float(norm_type))
         norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
         return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
@@ -195,6 +229,33 @@ class FSDPStrategy(Strategy):
     def full_state_dict(self, model):
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(model, options=options)
+
+
+def _clip_over_meshes(parameters: list, max_norm: float, norm_type: float) -> torch.Tensor:
+    """The total gradient norm over every rank's shards, mesh by mesh (a DTensor's norm is only defined among
+    DTensors of its own mesh), then every gradient scaled by the same factor."""
+    from torch.distributed.tensor import DTensor
+
+    grads: dict = {}
+    for p in parameters:
+        if p.grad is not None:
+            key = p.grad.device_mesh if isinstance(p.grad, DTensor) else None
+            grads.setdefault(key, []).append(p.grad)
+    parts = []
+    for group in grads.values():
+        norm = torch.nn.utils.get_total_norm(group, norm_type)
+        parts.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+    if not parts:
+        return torch.tensor(0.0)
+    if norm_type == float("inf"):
+        total = torch.stack(parts).max()
+    else:
+        total = torch.stack([p.float() ** norm_type for p in parts]).sum() ** (1.0 / norm_type)
+    coefficient = max_norm / (float(total) + 1e-6)  # torch's own epsilon
+    if coefficient < 1.0:
+        for group in grads.values():
+            torch._foreach_mul_(group, coefficient)
+    return total
 
 
 @contextlib.contextmanager

@@ -1,0 +1,177 @@
+"""ParallelismConfig: Accelerate's N-D parallelism, its names, defaults and checks.
+
+One DeviceMesh over the job's ranks, its dimensions in Accelerate's canonical order (dp_replicate, dp_shard, cp,
+tp) so that tp, the innermost, falls within a node: consecutive ranks share a node, and tensor parallelism's
+all-reduces in every layer want the fastest links. Joint dimensions are flattened as Accelerate's are: "dp" (the
+data-parallel ranks: distinct batches), "dp_shard_cp" (what FSDP shards over), "dp_cp" (what a loss is averaged
+over).
+
+Sizes left unset come from PARALLELISM_CONFIG_<DIM>_SIZE (Accelerate's launcher sets them), else 1.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from hpc.errors import HpcError
+
+DIMS = ("dp_replicate", "dp_shard", "cp", "tp")  # the mesh's order, outermost first
+
+
+@dataclass
+class TorchTensorParallelConfig:
+    """Accelerate's tensor-parallel handler. enable_async_tp overlaps TP's collectives with compute (CUDA only)."""
+
+    enable_async_tp: bool = False
+
+
+@dataclass
+class TorchContextParallelConfig:
+    """Accelerate's context-parallel handler (cp_size > 1)."""
+
+    cp_comm_strategy: str = "allgather"
+
+
+@dataclass
+class TorchTensorParallelPlugin:
+    """Accelerate's older way to ask for tensor parallelism (`Accelerator(torch_tp_plugin=...)`): its tp_size
+    becomes ParallelismConfig(tp_size=...). ``tp_plan`` (hpc's): a plan for a model that carries none of its own,
+    `{"module.path.*.name": "colwise" | "rowwise" | ... or a torch ParallelStyle}`."""
+
+    tp_size: int = 1
+    torch_device_mesh: object = None
+    tp_plan: dict | None = None
+
+
+def _size(value, name: str) -> int:
+    if value is None:
+        raw = os.environ.get(f"PARALLELISM_CONFIG_{name.upper()}_SIZE", "1")
+        try:
+            value = int(raw)
+        except ValueError:
+            raise HpcError(f"PARALLELISM_CONFIG_{name.upper()}_SIZE={raw!r} is not a whole number",
+                           fix="set it to 1 or more") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise HpcError(f"ParallelismConfig({name}_size={value!r}) must be a whole number >= 1", fix="use 1 or more")
+    return value
+
+
+@dataclass
+class ParallelismConfig:
+    dp_replicate_size: int | None = None
+    dp_shard_size: int | None = None
+    tp_size: int | None = None
+    cp_size: int | None = None
+    tp_handler: TorchTensorParallelConfig | None = None
+    cp_handler: TorchContextParallelConfig | None = None
+
+    device_mesh = None  # built once the job's ranks are known (build_device_mesh)
+    shard_the_rest = False  # made from torch_tp_plugin: dp_shard takes the ranks tensor parallelism leaves
+
+    def __post_init__(self):
+        for name in DIMS:
+            setattr(self, f"{name}_size", _size(getattr(self, f"{name}_size"), name))
+        if self.tp_size > 1 and self.tp_handler is None:
+            self.tp_handler = TorchTensorParallelConfig()
+        if self.cp_size > 1 and self.cp_handler is None:
+            self.cp_handler = TorchContextParallelConfig()
+        if (self.tp_size > 1 or self.cp_size > 1) and self.dp_replicate_size > 1 and self.dp_shard_size == 1:
+            raise HpcError("ParallelismConfig: tensor/context parallelism cannot be composed with pure data "
+                           "parallelism (dp_replicate_size > 1, dp_shard_size 1)",
+                           fix="set dp_shard_size > 1 (FSDP x TP), or dp_replicate_size and dp_shard_size both "
+                               "> 1 (HSDP x TP)")
+
+    # --- Accelerate's facts ---------------------------------------------------------------------------
+    def _enabled(self, name: str) -> bool:
+        return getattr(self, f"{name}_size") > 1
+
+    dp_replicate_enabled = property(lambda self: self._enabled("dp_replicate"))
+    dp_shard_enabled = property(lambda self: self._enabled("dp_shard"))
+    tp_enabled = property(lambda self: self._enabled("tp"))
+    cp_enabled = property(lambda self: self._enabled("cp"))
+
+    @property
+    def dp_dim_names(self) -> list[str]:
+        return [d for d in ("dp_replicate", "dp_shard") if self._enabled(d)]
+
+    @property
+    def non_dp_dim_names(self) -> list[str]:
+        return [d for d in ("tp", "cp") if self._enabled(d)]
+
+    @property
+    def dp_shard_cp_dim_names(self) -> list[str]:
+        return [d for d in ("dp_shard", "cp") if self._enabled(d)]
+
+    @property
+    def dp_cp_dim_names(self) -> list[str]:
+        return [d for d in ("dp_replicate", "dp_shard", "cp") if self._enabled(d)]
+
+    @property
+    def fsdp_dim_names(self) -> list[str]:
+        return (["dp_replicate"] if self.dp_replicate_enabled else []) + ["dp_shard_cp"]
+
+    @property
+    def active_mesh_dims(self) -> list[str]:
+        return self.dp_dim_names + self.non_dp_dim_names
+
+    @property
+    def total_size(self) -> int:
+        return self.dp_replicate_size * self.dp_shard_size * self.tp_size * self.cp_size
+
+    @property
+    def non_data_parallel_size(self) -> int:
+        return self.tp_size * self.cp_size
+
+    @property
+    def data_parallel_size(self) -> int:
+        return self.dp_replicate_size * self.dp_shard_size
+
+    def sizes(self) -> dict[str, int]:
+        return {name: getattr(self, f"{name}_size") for name in DIMS}
+
+    def describe(self) -> str:
+        return " x ".join(f"{name} {size}" for name, size in self.sizes().items() if size > 1) or "one rank"
+
+    # --- the job ----------------------------------------------------------------------------------------
+    def fit(self, world: int) -> None:
+        """Check the sizes against the job's ranks; all left at 1 means plain data parallelism over them (as
+        Accelerate's: dp_replicate takes the whole world)."""
+        if self.shard_the_rest and world % self.total_size == 0:
+            self.dp_shard_size = world // (self.dp_replicate_size * self.tp_size * self.cp_size)
+        if self.total_size == 1 and world > 1:
+            self.dp_replicate_size = world
+        if self.total_size != world:
+            raise HpcError(f"ParallelismConfig {self.describe()} needs {self.total_size} processes; the job has "
+                           f"{world}", fix="make dp_replicate x dp_shard x cp x tp the job's number of processes")
+
+    def build_device_mesh(self, device_type: str):
+        """The job's mesh, with Accelerate's flattened dimensions; None with one process."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        dims = [d for d in DIMS if d in self.active_mesh_dims]
+        if not dims:
+            return None
+        mesh = init_device_mesh(device_type, tuple(getattr(self, f"{d}_size") for d in dims), mesh_dim_names=dims)
+        # torch wants flattened meshes kept by who made them (slicing them from the root is deprecated)
+        self._joint = {joint: mesh[tuple(parts)]._flatten(joint) for joint, parts in (
+            ("dp", self.dp_dim_names), ("dp_shard_cp", self.dp_shard_cp_dim_names), ("dp_cp", self.dp_cp_dim_names))
+            if parts}
+        return mesh
+
+    def submesh(self, *names: str):
+        """A mesh dimension (or several of the root's) by name; Accelerate's joint names are kept flattened."""
+        if len(names) == 1 and names[0] in getattr(self, "_joint", {}):
+            return self._joint[names[0]]
+        return self.device_mesh[names if len(names) > 1 else names[0]]
+
+    def get_device_mesh(self, device_type: str | None = None):
+        if self.device_mesh is None:
+            if device_type is None:
+                raise HpcError("ParallelismConfig.get_device_mesh(): no mesh built yet",
+                               fix="pass the device type (e.g. 'cuda'), or let Accelerator build it")
+            self.device_mesh = self.build_device_mesh(device_type)
+        elif device_type is not None and self.device_mesh.device_type != device_type:
+            raise HpcError(f"the mesh was built for {self.device_mesh.device_type}, not {device_type}",
+                           fix=f"ask for {self.device_mesh.device_type}")
+        return self.device_mesh

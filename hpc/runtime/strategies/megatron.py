@@ -1,0 +1,32 @@
+"""Accelerate's MegatronLMPlugin: what hpc does with it.
+
+Accelerate drives Megatron-LM's own training loop and model classes (GPT, BERT, T5 as Megatron builds them). hpc
+does not: its tensor parallelism is torch's DTensor over the model's own plan (tensor_parallel.py), composed with
+FSDP2, which serves any transformers model with a tp_plan. A Megatron config is therefore answered in one line
+naming the ParallelismConfig that does the same, or what has no counterpart (pipeline stages in training).
+"""
+
+from __future__ import annotations
+
+from hpc.errors import HpcError
+
+
+def _get(plugin, name: str, default=None):
+    return plugin.get(name, default) if isinstance(plugin, dict) else getattr(plugin, name, default)
+
+
+def refuse(plugin) -> None:
+    tp, pp = int(_get(plugin, "tp_degree", 1) or 1), int(_get(plugin, "pp_degree", 1) or 1)
+    if pp > 1:
+        raise HpcError(f"MegatronLMPlugin(pp_degree={pp}): pipeline-parallel training runs Megatron-LM's own model "
+                       "classes and loop, which hpc does not drive",
+                       fix=f"use ParallelismConfig(tp_size={tp}, dp_shard_size=...) (FSDP2 shards what tensor "
+                           "parallelism leaves); for pipelined inference, prepare_pippy")
+    hints = [f"tp_size={tp}"] if tp > 1 else []
+    if _get(plugin, "sequence_parallelism", False):
+        hints.append("sequence parallelism has no counterpart yet")
+    if _get(plugin, "recompute_activations", False):
+        hints.append("activation_checkpointing=True in the FSDP plugin for recompute_activations")
+    raise HpcError("Accelerator(megatron_lm_plugin=...) is not driven by hpc (Megatron-LM's own model classes and "
+                   "loop)", fix=f"use ParallelismConfig({', '.join(hints[:1]) or 'tp_size=...'}, dp_shard_size=...)"
+                   + (f"; {'; '.join(hints[1:])}" if len(hints) > 1 else ""))

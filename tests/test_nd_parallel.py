@@ -1,0 +1,63 @@
+"""N-D parallelism on 4 CPU ranks (gloo): a small transformers Llama, built plainly and given to prepare(), trained
+with tensor parallelism (its own tp_plan, applied by hpc) x FSDP2, and with HSDP, from Accelerate's
+ParallelismConfig. Every mesh takes the same global batch as DDP and must give DDP's losses, with clipped gradients;
+checkpoints move between meshes through DCP; merge-weights writes one file of them."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.jobhelpers import launch_env
+
+WORKER = Path(__file__).parent / "nd_worker.py"
+MESHES = {"ddp": None, "tp2 x dp_shard2": {"tp_size": 2, "dp_shard_size": 2},
+          "hsdp 2 x 2": {"dp_replicate_size": 2, "dp_shard_size": 2}}
+
+
+def _launch(folder: Path, spec: dict) -> dict:
+    spec = {"project": str(folder / "project"), "global_batch": 8, "steps": 3, "clip": 0.05, **spec}
+    cmd = [sys.executable, "-m", "hpc", "launch", "--nproc", "4", str(WORKER), json.dumps(spec)]
+    done = subprocess.run(cmd, cwd=folder, env=launch_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return torch.load(spec["out"])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = {}
+    for name, mesh in MESHES.items():
+        folder = tmp_path_factory.mktemp(name.replace(" ", ""))
+        spec = {"out": str(folder / "out.pt"), "save": str(folder / "saved")} | ({"mesh": mesh} if mesh else {})
+        out[name] = (_launch(folder, spec), folder)
+    return out
+
+
+@pytest.mark.parametrize("name", ["tp2 x dp_shard2", "hsdp 2 x 2"])
+def test_each_mesh_trains_as_ddp_on_the_same_global_batch(runs, name):
+    ddp, mesh = runs["ddp"][0], runs[name][0]
+    assert len(mesh["losses"]) == 3
+    torch.testing.assert_close(torch.tensor(mesh["losses"]), torch.tensor(ddp["losses"]), rtol=1e-4, atol=0)
+    # the gradients were clipped (0.05 is far below their norm), over every mesh's shards alike
+    # each rank holds its share: a quarter under tp 2 x dp_shard 2 (norms are cut over dp_shard only), a half under
+    # HSDP, whose dp_replicate ranks hold the same shards
+    total, shards = mesh["total"], {"tp2 x dp_shard2": 4, "hsdp 2 x 2": 2}[name]
+    assert sum(mesh["held"]) >= total and max(mesh["held"]) < total / shards * 1.05, mesh["held"]
+
+
+def test_a_checkpoint_moves_between_meshes_and_merges_into_one_file(runs, tmp_path):
+    trained, folder = runs["tp2 x dp_shard2"]
+    there = _launch(tmp_path, {"mesh": {"dp_shard_size": 4}, "load": str(folder / "saved"), "steps": 0,
+                               "out": str(tmp_path / "dp4.pt"), "save": str(tmp_path / "dp4")})
+    back = _launch(tmp_path, {"mesh": {"tp_size": 2, "dp_shard_size": 2}, "load": str(tmp_path / "dp4"),
+                              "steps": 0, "out": str(tmp_path / "back.pt"), "project": str(tmp_path / "p2")})
+    for name, weight in trained["weights"].items():
+        assert torch.equal(there["weights"][name], weight), name
+        assert torch.equal(back["weights"][name], weight), name
+    merged = subprocess.run([sys.executable, "-m", "hpc", "merge-weights", str(folder / "saved")], cwd=tmp_path,
+                            env=launch_env(), capture_output=True, text=True, timeout=120)
+    assert merged.returncode == 0, merged.stderr
+    assert f"{trained['total']:,} parameters" in merged.stdout + merged.stderr

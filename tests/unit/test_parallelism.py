@@ -1,0 +1,107 @@
+"""ParallelismConfig's names, defaults and checks (Accelerate's), the tensor-parallel plan, and what is refused in
+one line (the meshes themselves train in tests/test_nd_parallel.py)."""
+
+import pytest
+import torch
+import transformers
+
+from hpc import ParallelismConfig
+from hpc.errors import HpcError
+from hpc.runtime import settings
+from hpc.runtime.strategies import megatron, tensor_parallel
+from hpc.utils import TorchTensorParallelConfig, TorchTensorParallelPlugin
+
+
+def one_line(e) -> str:
+    text = str(e.value)
+    assert "\n" not in text
+    return text
+
+
+def test_accelerates_names_and_joint_dimensions():
+    c = ParallelismConfig(dp_replicate_size=2, dp_shard_size=2, tp_size=2)
+    assert (c.total_size, c.data_parallel_size, c.non_data_parallel_size) == (8, 4, 2)
+    assert c.dp_dim_names == ["dp_replicate", "dp_shard"] and c.non_dp_dim_names == ["tp"]
+    assert c.fsdp_dim_names == ["dp_replicate", "dp_shard_cp"] and c.dp_shard_cp_dim_names == ["dp_shard"]
+    assert c.active_mesh_dims == ["dp_replicate", "dp_shard", "tp"]
+    assert isinstance(c.tp_handler, TorchTensorParallelConfig) and c.cp_handler is None
+
+
+def test_sizes_left_unset_come_from_accelerates_launcher_variables(monkeypatch):
+    monkeypatch.setenv("PARALLELISM_CONFIG_TP_SIZE", "2")
+    monkeypatch.setenv("PARALLELISM_CONFIG_DP_SHARD_SIZE", "4")
+    c = ParallelismConfig()
+    assert (c.tp_size, c.dp_shard_size, c.dp_replicate_size, c.cp_size) == (2, 4, 1, 1)
+    monkeypatch.setenv("PARALLELISM_CONFIG_TP_SIZE", "two")
+    with pytest.raises(HpcError) as e:
+        ParallelismConfig()
+    assert "PARALLELISM_CONFIG_TP_SIZE='two'" in one_line(e)
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"tp_size": 0}, "tp_size=0"),
+    ({"dp_replicate_size": 2, "tp_size": 2}, "pure data parallelism"),
+    ({"dp_shard_size": True}, "dp_shard_size=True"),
+])
+def test_bad_sizes_are_one_line(kwargs, words):
+    with pytest.raises(HpcError) as e:
+        ParallelismConfig(**kwargs)
+    assert words in one_line(e)
+
+
+def test_the_sizes_must_make_the_jobs_ranks():
+    c = ParallelismConfig(tp_size=2, dp_shard_size=2)
+    with pytest.raises(HpcError) as e:
+        c.fit(8)
+    assert "dp_shard 2 x tp 2 needs 4 processes; the job has 8" in one_line(e)
+    plain = ParallelismConfig()
+    plain.fit(4)  # all sizes 1: plain data parallelism over the job, as Accelerate's
+    assert plain.dp_replicate_size == 4
+
+
+def test_a_torch_tp_plugin_shards_the_rest_with_fsdp():
+    config, plan = settings.parallelism_of(None, TorchTensorParallelPlugin(tp_size=2, tp_plan={"x": "colwise"}))
+    config.fit(8)
+    assert (config.tp_size, config.dp_shard_size) == (2, 4) and plan == {"x": "colwise"}
+
+
+def test_what_needs_no_mesh_is_left_to_ddp_and_context_parallelism_is_refused():
+    assert settings.parallelism_of(ParallelismConfig(dp_replicate_size=4), None) == (None, None)
+    with pytest.raises(HpcError) as e:
+        settings.parallelism_of(ParallelismConfig(cp_size=2, dp_shard_size=2), None)
+    assert "context parallelism" in one_line(e)
+
+
+def tiny_llama(heads=4, kv=2):
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=heads, num_key_value_heads=kv, vocab_size=128)
+    return transformers.LlamaForCausalLM(config)
+
+
+def test_a_transformers_model_carries_its_plan_with_full_paths():
+    plan = tensor_parallel.model_plan(tiny_llama())
+    assert plan["model.layers.*.self_attn.q_proj"] == "colwise" and plan["lm_head"] == "colwise_gather_output"
+    styles = tensor_parallel.resolve(tiny_llama(), plan, 2)
+    assert "model.layers.1.mlp.down_proj" in styles and len(styles) == 2 + 2 * 7
+
+
+def test_a_plan_hpc_cannot_apply_is_one_line():
+    with pytest.raises(HpcError) as e:
+        tensor_parallel.resolve(tiny_llama(), {"model.layers.*.mlp.up_proj": "sequence_parallel"}, 2)
+    assert "style 'sequence_parallel'" in one_line(e)
+    with pytest.raises(HpcError) as e:
+        tensor_parallel.resolve(tiny_llama(), {"nothing.*": "colwise"}, 2)
+    assert "names a module" in one_line(e)
+    with pytest.raises(HpcError) as e:
+        tensor_parallel.resolve(torch.nn.Sequential(torch.nn.Linear(6, 3)), {"0": "colwise"}, 2)
+    assert "does not divide into 2" in one_line(e)
+
+
+@pytest.mark.parametrize("plugin,words", [
+    ({"tp_degree": 2, "pp_degree": 2}, "pipeline-parallel training"),
+    ({"tp_degree": 4, "recompute_activations": True}, "ParallelismConfig(tp_size=4, dp_shard_size=...)"),
+])
+def test_a_megatron_config_gets_one_line_naming_what_to_use(plugin, words):
+    with pytest.raises(HpcError) as e:
+        megatron.refuse(plugin)
+    assert words in one_line(e)
