@@ -145,12 +145,9 @@ def logs(job, follow, rank, all_, batch, task):
     """Print the logs of JOB (default: the latest job)."""
     from hpc.cluster import records as jobs
     from hpc.cluster import status as st
-    from hpc.errors import HpcError
 
     record = jobs.find(job)
-    task = task if task is not None else record.tasks[0]
-    if task not in record.tasks:
-        raise HpcError(f"job {record.job_id} has no task {task}", fix=f"use one of {', '.join(record.tasks)}")
+    task = record.task_named(task) if task is not None else record.tasks[0]
     which = "all" if all_ else ("batch" if batch else "rank")
 
     def files():
@@ -170,8 +167,8 @@ def cancel(job, task):
     from hpc.cluster import records as jobs
 
     record = jobs.find(job)
-    backends.for_record(record).cancel(record, task)
-    click.echo(f"cancelled {record.job_id}{'_' + task if task else ''}")
+    backends.for_record(record).cancel(record, task)  # each backend refuses a task the job does not have
+    click.echo(f"cancelled {record.job_id}{'_' + task if task is not None and record.array is not None else ''}")
 
 
 @click.command()

@@ -65,6 +65,15 @@ class JobRecord:
     def tasks(self) -> list[str]:
         return [str(t) for t in self.array] if self.array is not None else ["0"]
 
+    def task_named(self, task: str) -> str:
+        """``task`` if it is one of this job's tasks. Anything else (``../x``, ``1-5``, ``*``, an index the array
+        does not have) is refused in one line: a task becomes a SLURM id, a log name and a glob."""
+        tasks = self.tasks
+        if task not in tasks:
+            shown = ", ".join(tasks) if len(tasks) <= 8 else f"{', '.join(tasks[:3])}, ... {tasks[-1]}"
+            raise HpcError(f"job {self.job_id} has no task {task!r}", fix=f"use one of {shown}")
+        return task
+
     def mark(self, name: str) -> None:
         """A marker file next to the record (e.g. 'cancelled'); the record itself stays as written."""
         (self.home / name).write_text(f"{time.time()}\n")

@@ -134,7 +134,7 @@ def log_files(record: JobRecord, task: str, which: str, rank: int | None = None)
     from hpc.cluster import backends
 
     backend = backends.for_record(record)
-    tag, folder = backend.log_tag(record, task), layout.JobFolder
+    tag, folder = backend.log_tag(record, record.task_named(task)), layout.JobFolder
     names = backend.files(record).list(layout.LOGS)
     batch_name = backend.batch_log(record, task)
     batch = [batch_name] if batch_name in names else []

@@ -141,6 +141,8 @@ class Backend:
         raise NotImplementedError
 
     def cancel(self, record: JobRecord, task: str | None = None) -> None:
+        """Cancel the job, or its one task; a task the job does not have is refused (``record.task_named``)
+        before anything is marked or asked."""
         raise NotImplementedError
 
     # --- the job folder and its logs ------------------------------------------------------------------

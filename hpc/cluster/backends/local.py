@@ -92,6 +92,8 @@ class LocalBackend(Backend):
         return explain(LocalFiles(record.dir), "0", own)  # which rank failed first, as the job script noted it
 
     def cancel(self, record: JobRecord, task: str | None = None) -> None:
+        if task is not None:
+            record.task_named(task)  # a local job's one task is the whole job; any other name is refused
         record.mark(layout.CANCELLED)
         if not _alive(record):
             return

@@ -200,11 +200,12 @@ class SlurmBackend(Backend):
         return os.environ.get("SLURM_CONF") or "default"
 
     def cancel(self, record: JobRecord, task: str | None = None) -> None:
+        target = record.job_id if task is None else task_id(record, record.task_named(task))  # 12, or 12_3
         self.require_conf()
         before = record.marked(layout.CANCELLED)
         record.mark(layout.CANCELLED)  # first: a job that ends at once is read as cancelled, not as failed
         try:
-            self.slurm.cancel(record.job_id if task is None else f"{record.job_id}_{task}")
+            self.slurm.cancel(target)
         except HpcError:
             if not before:  # not cancelled (no answer, or SLURM refused): it runs on, and is not to be taken
                 (record.home / layout.CANCELLED).unlink(missing_ok=True)  # for cancelled when it ends
