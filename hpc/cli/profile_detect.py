@@ -9,6 +9,9 @@ from hpc.errors import HpcError
 
 # flag key -> the profile key it sets (the preemption flags go under preemption:)
 FLAG_KEYS = {"signal": "preemption.signal", "lead_time": "preemption.lead_time"}
+# questions the cluster answers, or says have no answer (MaxTime=UNLIMITED, nodes without GPUs): never asked
+# with --detect; a flag still sets them
+ANSWERED_BY_CLUSTER = {"scheduler", "partition", "gpus_per_node", "tasks_per_node", "cpus_per_task", "max_time"}
 
 
 def live_slurm(remote):
@@ -74,7 +77,7 @@ def detected_text(name: str, given: dict, questions: list, yes: bool, remote_ref
     if not yes:  # what the cluster cannot say (modules, launcher, ...) is asked; -y leaves it out
         for key, prompt, default, tp in questions:
             target = FLAG_KEYS.get(key, key)
-            if key == "scheduler" or target in found or given.get(key) not in (None, ""):
+            if key in ANSWERED_BY_CLUSTER or target in found or given.get(key) not in (None, ""):
                 continue
             try:
                 answer = click.prompt(prompt, default=default, type=tp, show_default=True)

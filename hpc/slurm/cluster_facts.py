@@ -89,6 +89,7 @@ class Access:
 class ClusterFacts:
     cluster_name: str | None
     preempt_type: str  # preempt/none, preempt/partition_prio, preempt/qos
+    preempt_mode: str  # the cluster's PreemptMode, what a QOS's "cluster" stands for
     max_array_size: int | None
     select_type: str | None  # select/cons_tres knows --gpus-per-node; select/cons_res only --gres
     accounting: bool  # slurmdbd keeps accounting: sacctmgr can answer
@@ -136,6 +137,7 @@ def gather(slurm: Slurm, partition: str | None = None) -> ClusterFacts:
     partitions = {p.name: p for p in (_partition(r, nodes) for r in slurm.show_records("partition"))}
     facts = ClusterFacts(cluster_name=_set(conf.get("ClusterName")),
                          preempt_type=conf.get("PreemptType", "preempt/none"),
+                         preempt_mode=conf.get("PreemptMode", "OFF"),
                          max_array_size=_int(conf.get("MaxArraySize")), select_type=_set(conf.get("SelectType")),
                          accounting=conf.get("AccountingStorageType") == "accounting_storage/slurmdbd",
                          partitions=partitions)

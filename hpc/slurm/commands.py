@@ -212,10 +212,11 @@ class Slurm:
 
     def qos_preemption(self, names: Sequence[str]) -> dict[str, tuple[str, int | None]] | None:
         """QOS name -> (PreemptMode, GraceTime seconds) from slurmdbd; None where it does not answer."""
-        proc = self._ask(["sacctmgr", "-n", "-P", "show", "qos", ",".join(names), "format=Name,PreemptMode,GraceTime"])
+        proc = self._ask(["sacctmgr", "-n", "-P", "show", "qos", "where", f"name={','.join(names)}",
+                          "format=Name,PreemptMode,GraceTime"])
         if proc.returncode != 0:
             return None
-        return {row["name"]: (row["preempt_mode"], formats.parse_time(row["grace"]) if row["grace"] else 0)
+        return {row["name"]: (row["preempt_mode"], _seconds(row["grace"]))
                 for row in parse_fields(proc.stdout, ("name", "preempt_mode", "grace"))}
 
     # Not SLURM's, but asked where its clients run (here, or the login node over SSH) through the same runner:
@@ -279,6 +280,16 @@ def parse_accounting(text: str) -> dict[str, list[tuple[TaskState, float | None]
         for ident in idents:
             out.setdefault(ident, []).append(row)
     return out
+
+
+def _seconds(duration: str) -> int | None:
+    """sacctmgr's durations (``00:05:00``, ``1-00:00:00``), 0 included (which sbatch's time limits refuse)."""
+    if not duration.strip("0:-"):
+        return 0
+    try:
+        return formats.parse_time(duration)
+    except HpcError:
+        return None
 
 
 def parse_records(text: str) -> list[dict[str, str]]:

@@ -46,8 +46,10 @@ def detect(facts: ClusterFacts, partition: Partition, gpus_per_node: int | None 
         account = a.default_account if a.default_account in a.accounts else (a.accounts[0] if a.accounts else None)
         if account:
             others = [x for x in a.accounts if x != account]
-            out.append(Detected("account", account, f"{a.user}'s default account (sacctmgr show user)"
-                                + (f"; also allowed: {', '.join(others)}" if others else "")))
+            said = (f"{a.user}'s default account (sacctmgr show user)" if account == a.default_account else
+                    f"an account {a.user} may use on {p.name} (sacctmgr show associations)"
+                    + (f"; the default, {a.default_account}, is not one" if a.default_account else ""))
+            out.append(Detected("account", account, said + (f"; also allowed: {', '.join(others)}" if others else "")))
         if a.default_qos:
             others = [q for q in a.qos if q != a.default_qos]
             out.append(Detected("qos", a.default_qos, f"{a.user}'s default QOS (sacctmgr show associations)"
@@ -113,7 +115,9 @@ def preemption(facts: ClusterFacts, p: Partition) -> tuple[str, int, str]:
         qos = a.default_qos if a else None
         if a and qos in a.qos_preemption:
             mode, grace = a.qos_preemption[qos]
-            return mode or "OFF", grace or 0, f"QOS {qos}: PreemptMode={mode or 'OFF'} GraceTime={grace or 0}"
+            if mode.lower() in ("", "cluster"):  # the QOS takes the cluster's
+                mode = facts.preempt_mode
+            return mode, grace or 0, f"QOS {qos}: PreemptMode={mode} GraceTime={grace or 0}"
         return "OFF", 0, "PreemptType=preempt/qos, no QOS known"
     return p.preempt_mode, p.grace_time, f"partition {p.name}: PreemptMode={p.preempt_mode} GraceTime={p.grace_time}"
 
