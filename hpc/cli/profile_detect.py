@@ -54,7 +54,7 @@ def detected_text(name: str, given: dict, questions: list, yes: bool, remote_ref
         raise HpcError(f"the cluster has no default partition (partitions: {names})",
                        fix="choose one with --partition")
     entries = [detect.Detected("name", name, ""), detect.Detected("scheduler", "slurm", "")]
-    entries += detect.detect(facts, partition, given.get("gpus_per_node"))
+    entries += detect.detect(facts, partition, given.get("gpus_per_node"), given.get("qos"))
     if remote is not None:
         settings = {k: v for k, v in to_plain(remote).items() if v not in (None, [], {})}
         entries.append(detect.Detected("remote", settings, f"the login node of profile {remote_ref}"))

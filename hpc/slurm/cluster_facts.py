@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from hpc.errors import HpcError
 from hpc.slurm import formats
-from hpc.slurm.commands import Slurm, parse_gres
+from hpc.slurm.commands import QosInfo, Slurm, parse_gres
 
 UNSET = ("", "(null)", "N/A", "NONE", "None", "UNLIMITED", "INFINITE")
 # addresses sampled to find the nodes' network: a getent call with thousands of names is slow and long
@@ -81,8 +81,8 @@ class Access:
     accounts: list[str]  # in slurmdbd's order, the default first when it is among them
     qos: list[str]  # QOS allowed on the partition's associations
     default_qos: str | None
-    # QOS name -> (PreemptMode, GraceTime s): the QOS decide preemption with PreemptType=preempt/qos
-    qos_preemption: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+    # every QOS of the cluster: with PreemptType=preempt/qos they decide whose jobs are preempted, and how
+    all_qos: dict[str, QosInfo] = field(default_factory=dict)
 
 
 @dataclass
@@ -166,8 +166,7 @@ def _access(slurm: Slurm, partition: Partition) -> Access | None:
     defaults = {r["default_qos"] for r in rows if r.get("default_qos")}
     access = Access(user=user, default_account=default_account, accounts=accounts, qos=qos,
                     default_qos=defaults.pop() if len(defaults) == 1 else None)
-    if qos:
-        access.qos_preemption = slurm.qos_preemption(qos) or {}
+    access.all_qos = {q.name: q for q in slurm.qos() or []}
     return access
 
 

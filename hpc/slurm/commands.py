@@ -55,6 +55,14 @@ def _run(argv: Sequence[str]) -> "subprocess.CompletedProcess[str]":
 
 
 @dataclass
+class QosInfo:
+    name: str
+    preempts: tuple[str, ...]  # the QOS whose jobs this one's jobs preempt
+    preempt_mode: str  # "cluster": the cluster's PreemptMode
+    grace_time: int | None
+
+
+@dataclass
 class TaskState:
     state: str
     exit_code: int | None = None
@@ -210,14 +218,15 @@ class Slurm:
             return None
         return next((line.strip() for line in proc.stdout.splitlines() if line.strip()), None)
 
-    def qos_preemption(self, names: Sequence[str]) -> dict[str, tuple[str, int | None]] | None:
-        """QOS name -> (PreemptMode, GraceTime seconds) from slurmdbd; None where it does not answer."""
-        proc = self._ask(["sacctmgr", "-n", "-P", "show", "qos", "where", f"name={','.join(names)}",
-                          "format=Name,PreemptMode,GraceTime"])
+    def qos(self) -> list[QosInfo] | None:
+        """Every QOS with what it preempts, its PreemptMode and GraceTime, from slurmdbd; None where it does not
+        answer."""
+        proc = self._ask(["sacctmgr", "-n", "-P", "show", "qos", "format=Name,Preempt,PreemptMode,GraceTime"])
         if proc.returncode != 0:
             return None
-        return {row["name"]: (row["preempt_mode"], _seconds(row["grace"]))
-                for row in parse_fields(proc.stdout, ("name", "preempt_mode", "grace"))}
+        return [QosInfo(row["name"], tuple(q for q in row["preempt"].split(",") if q), row["mode"],
+                        _seconds(row["grace"]))
+                for row in parse_fields(proc.stdout, ("name", "preempt", "mode", "grace")) if row["name"]]
 
     # Not SLURM's, but asked where its clients run (here, or the login node over SSH) through the same runner:
     # who SLURM sees, and which of that machine's networks the nodes' addresses are on.

@@ -67,7 +67,7 @@ SITE_ANSWERS = [
      (0, "m1234||normal,preempt,premium|normal\nm9999|gpu|normal|\nm5555|cpu|normal|\n", "")),
     (["sacctmgr", "-n", "-P", "show", "user"], (0, "m9999\n", "")),
     (["sacctmgr", "-n", "-P", "show", "qos"],
-     (0, "normal|cluster|00:00:00\npreempt|requeue|00:05:00\npremium|cluster|00:00:00\n", "")),
+     (0, "normal||cluster|00:00:00\npreempt||requeue|00:05:00\npremium|preempt|cluster|00:00:00\n", "")),
     (["getent", "hosts"], (0, "".join(f"10.100.0.{i}  nid00{i}.site.org nid00{i}\n" for i in range(1, 5)), "")),
     (["ip", "-o", "addr", "show"], (0, IP_ADDR, "")),
 ]
@@ -128,7 +128,9 @@ def test_a_site_with_accounting_typed_gpus_features_and_limits(tmp_path):
                     "network_interface": "ib0"}
     assert "also allowed: m1234" in text and "m5555" not in text  # m5555's association is for another partition
     assert "some nodes also have: hbm40g, hbm80g" in text
-    assert "QOS normal: PreemptMode=REQUEUE GraceTime=0" in text  # "cluster": the cluster's PreemptMode
+    assert "QOS normal (sacctmgr show qos): no QOS preempts it" in text
+    _, preemptible = written(facts, qos="preempt")  # the QOS "premium" preempts, with 5 minutes' grace
+    assert preemptible["preemption"] == {"lead_time": 300}
     assert ["sacctmgr", "-n", "-P", "show", "associations", "where", "user=alice",
             "format=Account,Partition,QOS,DefaultQOS"] in slurm.run.calls
     path = tmp_path / "det.yaml"

@@ -34,9 +34,10 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def detect(facts: ClusterFacts, partition: Partition, gpus_per_node: int | None = None) -> list[Detected]:
-    """The profile's values that the cluster states, in the order a profile lists them. ``gpus_per_node``: the
-    user's own count (a flag), which the node's CPUs are then shared by."""
+def detect(facts: ClusterFacts, partition: Partition, gpus_per_node: int | None = None,
+           qos: str | None = None) -> list[Detected]:
+    """The profile's values that the cluster states, in the order a profile lists them. ``gpus_per_node``, ``qos``:
+    the user's own (flags), which the node's CPUs are then shared by, and whose preemption is read."""
     p = partition
     out = [Detected("partition", p.name,
                     "the cluster's default partition (Default=YES)" if p.default
@@ -96,35 +97,39 @@ def detect(facts: ClusterFacts, partition: Partition, gpus_per_node: int | None 
         out.append(Detected("network_interface", iface,
                             f"the nodes' addresses (NodeAddr) are on {network}, the network of {iface} where "
                             "SLURM's clients run (ip addr)"))
-    mode, grace, said = preemption(facts, p)
-    if grace:
+    mode, grace, said = preemption(facts, p, qos)
+    if grace and not mode.upper().startswith("OFF"):
         out.append(Detected("preemption.lead_time", grace,
                             f"{said}: a preempted job's tasks get TERM and {grace} s to save; the same save must fit "
                             "before the time limit"))
     else:
-        out.append(Detected("", None, preemption_note(facts, p)))
+        out.append(Detected("", None, preemption_note(facts, p, qos)))
     return out
 
 
-def preemption(facts: ClusterFacts, p: Partition) -> tuple[str, int, str]:
-    """(PreemptMode, GraceTime s, where that was read) of jobs in partition ``p`` as the user would run them."""
+def preemption(facts: ClusterFacts, p: Partition, qos: str | None = None) -> tuple[str, int, str]:
+    """(PreemptMode, GraceTime s, where that was read) of jobs in partition ``p`` (and QOS ``qos``, else the
+    user's default one) as the user would run them; mode OFF: never preempted."""
     if facts.preempt_type == "preempt/none":
         return "OFF", 0, "PreemptType=preempt/none"
     if facts.preempt_type == "preempt/qos":
         a = facts.access
-        qos = a.default_qos if a else None
-        if a and qos in a.qos_preemption:
-            mode, grace = a.qos_preemption[qos]
-            if mode.lower() in ("", "cluster"):  # the QOS takes the cluster's
-                mode = facts.preempt_mode
-            return mode, grace or 0, f"QOS {qos}: PreemptMode={mode} GraceTime={grace or 0}"
-        return "OFF", 0, "PreemptType=preempt/qos, no QOS known"
+        qos = qos or (a.default_qos if a else None)
+        if a is None or qos not in a.all_qos:
+            return "OFF", 0, "PreemptType=preempt/qos, the QOS unknown"
+        info = a.all_qos[qos]
+        by = sorted(q.name for q in a.all_qos.values() if qos in q.preempts)
+        if not by:
+            return "OFF", 0, f"QOS {qos} (sacctmgr show qos): no QOS preempts it"
+        mode = facts.preempt_mode if info.preempt_mode.lower() in ("", "cluster") else info.preempt_mode.upper()
+        grace = info.grace_time or 0
+        return mode, grace, f"QOS {qos}: PreemptMode={mode} GraceTime={grace}, preempted by {', '.join(by)}"
     return p.preempt_mode, p.grace_time, f"partition {p.name}: PreemptMode={p.preempt_mode} GraceTime={p.grace_time}"
 
 
-def preemption_note(facts: ClusterFacts, p: Partition) -> str:
+def preemption_note(facts: ClusterFacts, p: Partition, qos: str | None = None) -> str:
     """A comment line on preemption, also when there is nothing to set."""
-    mode, grace, said = preemption(facts, p)
+    mode, grace, said = preemption(facts, p, qos)
     if mode.upper().startswith("OFF"):
         return f"{said}: jobs here are not preempted; only the time limit stops them"
     if not grace:

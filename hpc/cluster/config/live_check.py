@@ -58,8 +58,8 @@ def differences(profile, facts: ClusterFacts) -> list[str]:
                        f"({', '.join(a.accounts)})")
         if profile.qos and a.qos and profile.qos not in a.qos:
             out.append(f"qos {profile.qos} is not one {a.user} may use on {p.name} ({', '.join(a.qos)})")
-    mode, grace, said = preemption(facts, p)
-    if grace and profile.preemption.lead_time > grace:
+    mode, grace, said = preemption(facts, p, profile.qos)
+    if grace and not mode.upper().startswith("OFF") and profile.preemption.lead_time > grace:
         out.append(f"preemption.lead_time {profile.preemption.lead_time} s is longer than {said.split(':')[0]}'s "
                    f"GraceTime {grace} s: a save that needs the lead time is cut off when the job is preempted")
     return out
