@@ -153,7 +153,9 @@ shapes = {"files_list": lambda d: {**d, "files": sorted(d["files"])},
           "entry_not_mapping": lambda d: {**d, "files": {k: 5 for k in d["files"]}},
           "step_text": lambda d: {**d, "step": "two"},
           "loaders_text": lambda d: {**d, "loaders": "all"},
-          "not_an_object": lambda d: [d]}
+          "not_an_object": lambda d: [d],
+          "format_unknown": lambda d: {**d, "format": "zarr"},
+          "format_missing": lambda d: {k: v for k, v in d.items() if k != "format"}}
 report["malformed"] = {}
 for what, spoil in shapes.items():
     (step2 / manifest.NAME).write_text(json.dumps(spoil(json.loads(good))))
@@ -217,9 +219,10 @@ def test_a_registered_objects_pickled_state_loads_only_with_the_opt_in(trust_run
 def test_a_malformed_manifest_is_a_damaged_checkpoint_skipped_for_the_one_before(trust_run):
     _, report, stderr, _ = trust_run
     assert report["malformed"] == dict.fromkeys(
-        ["files_list", "entry_not_mapping", "step_text", "loaders_text", "not_an_object"], 1), report["malformed"]
+        ["files_list", "entry_not_mapping", "step_text", "loaders_text", "not_an_object", "format_unknown",
+         "format_missing"], 1), report["malformed"]
     notes = [line for line in stderr.splitlines() if "skipping damaged checkpoint step-2" in line]
-    assert len(notes) == 5 and all("manifest.json is malformed" in n for n in notes), stderr[-3000:]
+    assert len(notes) == 7 and all("manifest.json is malformed" in n for n in notes), stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
 
 

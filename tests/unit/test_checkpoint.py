@@ -15,7 +15,7 @@ def _commit_folder(folder: Path, step: int) -> None:
     files = FileSet(folder, 0)
     files.save("model_0.pt", {"w": torch.full((64,), float(step))})
     files.finish()
-    manifest.commit(folder, fileset.collect(folder, 1), {"step": step})
+    manifest.commit(folder, fileset.collect(folder, 1), {"step": step, "format": "full"})
     fileset.clear_sums(folder, 1)
 
 

@@ -50,7 +50,8 @@ def _rehash(folder: Path) -> None:
 def _commit(folder: Path, step: int) -> None:
     folder.mkdir(parents=True)
     torch.save({"w": torch.full((8,), float(step))}, folder / "model_0.pt")
-    manifest.commit(folder, {"model_0.pt": manifest.file_entry(folder / "model_0.pt")}, {"step": step}, fsync=False)
+    manifest.commit(folder, {"model_0.pt": manifest.file_entry(folder / "model_0.pt")},
+                    {"step": step, "format": "full"}, fsync=False)
 
 
 def test_a_damaged_checkpoint_does_not_count_among_the_kept(tmp_path):

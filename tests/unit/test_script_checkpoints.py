@@ -23,7 +23,8 @@ def test_the_scripts_naming_is_read_off_a_folder_it_saved(folder, step, naming):
 def _checkpoint(folder: Path, step: int) -> Path:
     folder.mkdir(parents=True)
     (folder / "model_0.pt").write_bytes(bytes([step]) * 1000)
-    manifest.commit(folder, {"model_0.pt": manifest.file_entry(folder / "model_0.pt")}, {"step": step}, fsync=False)
+    manifest.commit(folder, {"model_0.pt": manifest.file_entry(folder / "model_0.pt")},
+                    {"step": step, "format": "full"}, fsync=False)
     return folder
 
 

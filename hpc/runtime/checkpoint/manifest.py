@@ -1,7 +1,7 @@
 """The commit record of a checkpoint: every file's size and CRC-32, written last by an atomic rename.
 
 A step folder without `manifest.json` is not a checkpoint (a save was cut short); one whose manifest is
-malformed, or whose files do not match it, is damaged and is never loaded.
+malformed (a format hpc never writes included), or whose files do not match it, is damaged and is never loaded.
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ from hpc.runtime.data.position import UNITS
 
 NAME = "manifest.json"
 VERSION = 1
+# The formats hpc writes, one per strategy (formats.py's FullFormat, DcpFormat, DeepSpeedFormat; a test keeps the
+# two equal). A manifest naming another was not written by hpc: it is damage, skipped for the checkpoint before
+# it, not a checkpoint of some other strategy that stops the job.
+FORMATS = ("full", "dcp", "deepspeed")
 _CHUNK = 8 << 20
 _CRC = re.compile(r"^[0-9a-f]{8}$")
 
@@ -92,8 +96,9 @@ def malformed(data: dict, folder: Path | None = None) -> str | None:
     for key in ("step", "micro_step", "world_size"):
         if problem is None and key in data and not (_is_int(data[key]) and data[key] >= 0):
             problem = f"its {key} is {data[key]!r}, not a count"
-    if problem is None and "format" in data and not isinstance(data["format"], str):
-        problem = f"its format is {data['format']!r}, not a name"
+    if problem is None and data.get("format") not in FORMATS:
+        problem = (f"its format is {data['format']!r}, not one hpc writes ({', '.join(FORMATS)})" if "format" in data
+                   else "it names no format")
     loaders = data.get("loaders", [])
     if problem is None and not (isinstance(loaders, list) and all(
             isinstance(x, dict) and _is_int(x.get("epoch")) and _is_int(x.get("position"))

@@ -64,7 +64,7 @@ def newest(job_dir: str | os.PathLike, task: str) -> Path | None:
         seen.add(path)
         data = manifest.read(path)
         problem = (f"{path}: not a committed checkpoint (missing, or its save never finished)" if data is None
-                   else manifest.verify(path, data["files"]))
+                   else manifest.check(path, data))  # a malformed manifest (a format hpc never writes) is damage
         if problem is None:
             return path
         print(f"hpc: not resuming from {path.name}: {problem}", file=sys.stderr)
