@@ -20,7 +20,7 @@ from hpc.cluster.config.precedence import Effective
 from hpc.cluster.config.schema import ClusterProfile, JobSpec
 from hpc.cluster.folders import builtin_dir, note_once, search_path, user_cache_dir
 from hpc.cluster.ownership import insecure
-from hpc.contract import layout
+from hpc.contract import layout, mesh_sizes
 from hpc.errors import HpcError
 from hpc.slurm.array_spec import indices as array_indices
 
@@ -224,6 +224,7 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
                        fix=f"use one of {', '.join(known)}, or put {name} in ./job_templates") from None
     vetted = vets(job, profile, backend)
     _check_spares(job, profile, backend, vetted)
+    mesh_sizes.check(job_environment(job, profile), job.nodes, job.nproc_per_node, job.elastic)
     hostfile = _hostfile(job, profile, backend)
     dirs = backend.directives(job, profile, job_dir, array_spec)
     srun_flags, wrap = container_args(profile, job)

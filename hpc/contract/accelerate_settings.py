@@ -292,9 +292,35 @@ def _env_lines(ctx: _Context, name: str, value: Any) -> None:
 _TPU = refuse(None, False, "false", [], "", problem="is for TPUs; hpc runs CPUs and NVIDIA GPUs", fix="remove it")
 _MEGATRON = refuse(None, False, "false", problem="Megatron-LM is not supported by hpc",
                    fix="use FSDP or DeepSpeed (distributed_type FSDP or DEEPSPEED)")
-_PARALLELISM = refuse(None, False, "false", 1, "1",
-                      problem="tensor, context and sequence parallelism are not in hpc yet",
-                      fix="remove it; FSDP's HYBRID_SHARD covers replicate x shard")
+_MESH_SIZES = ("dp_replicate", "dp_shard", "tp", "cp")
+
+
+def _parallelism(ctx: _Context, name: str, value: Any) -> None:
+    """`--use_parallelism_config`, `--parallelism_config_tp_size 2`, ...: the variables Accelerate's launcher sets
+    for every process, which ParallelismConfig() reads (hpc.runtime.parallelism)."""
+    env = dict(ctx.out.values.get("env") or {})
+    if name == "use_parallelism_config":
+        if _bool(ctx, name, value):
+            env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true"
+    else:
+        dim = name.removeprefix("parallelism_config_").removesuffix("_size")
+        if not name.endswith("_size"):
+            ctx.note(name, value, "not used by hpc (context and sequence parallelism are not built in)")
+            return
+        size = _int(ctx, name, value)
+        if size < 1:
+            ctx.fail(name, value, "must be 1 or more", "write e.g. 2")
+        if dim not in _MESH_SIZES[:3]:
+            if size > 1:
+                ctx.fail(name, value, "context and sequence parallelism are not built into hpc yet",
+                         "use the tp and dp_shard sizes")
+            return
+        env[f"PARALLELISM_CONFIG_{dim.upper()}_SIZE"] = str(size)
+        env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true"
+    ctx.out.values["env"] = env
+
+
+_PARALLELISM = _parallelism
 
 # setting name (flat, as the launch flag and the config file spell it) -> what it becomes
 SETTINGS: dict[str, Callable] = {
@@ -400,7 +426,7 @@ SETTINGS: dict[str, Callable] = {
 # `accelerate config` nests some settings; their keys join the flat table (deepspeed_config's unprefixed)
 _NESTED_PREFIX = {"fsdp_config": "", "deepspeed_config": "", "dynamo_config": "", "mpirun_config": "",
                   "ipex_config": "", "fp8_config": "fp8_", "megatron_lm_config": "megatron_lm_",
-                  "parallelism_config": "parallelism_config_"}
+                  "parallelism_config": ""}  # its keys carry the prefix already
 
 
 def _fp8_setting(ctx: _Context, name: str, value: Any) -> None:

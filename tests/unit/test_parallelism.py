@@ -105,3 +105,38 @@ def test_a_megatron_config_gets_one_line_naming_what_to_use(plugin, words):
     with pytest.raises(HpcError) as e:
         megatron.refuse(plugin)
     assert words in one_line(e)
+
+
+# --- the login side: Accelerate's flags and config keys, checked before anything is queued ------------------
+def render(tmp_path, *args):
+    from tests.unit.test_accelerate_compat import hpc
+
+    (tmp_path / "t.py").write_text("")
+    return hpc(tmp_path, "render", "-p", "slurm-local", "-N", "2", "--nproc", "2", *args, "t.py")
+
+
+def test_accelerates_parallelism_flags_reach_every_process(tmp_path):
+    done = render(tmp_path, "--parallelism_config_tp_size", "2", "--parallelism-config-dp-shard-size", "2")
+    assert done.returncode == 0, done.stderr
+    for line in ("export PARALLELISM_CONFIG_TP_SIZE=2", "export PARALLELISM_CONFIG_DP_SHARD_SIZE=2",
+                 "export ACCELERATE_USE_PARALLELISM_CONFIG=true"):
+        assert line in done.stdout
+
+
+def test_an_accelerate_config_files_parallelism_section_is_read(tmp_path):
+    (tmp_path / "acc.yaml").write_text("distributed_type: FSDP\nparallelism_config:\n"
+                                       "  parallelism_config_dp_shard_size: 2\n  parallelism_config_tp_size: 2\n")
+    done = render(tmp_path, "--config_file", str(tmp_path / "acc.yaml"))
+    assert done.returncode == 0, done.stderr
+    assert "export PARALLELISM_CONFIG_TP_SIZE=2" in done.stdout
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--parallelism_config_tp_size", "4"], "tp x cp = 4 does not divide a node's 2 processes"),
+    (["--parallelism_config_tp_size", "2"], "tp 2 needs 2 processes; the job has 4 (2 node(s) x 2)"),
+    (["--parallelism_config_cp_size", "2"], "context and sequence parallelism are not built into hpc"),
+    (["--parallelism_config_tp_size", "0"], "must be 1 or more"),
+])
+def test_sizes_that_do_not_fit_the_job_are_one_line_before_anything_is_queued(tmp_path, args, words):
+    done = render(tmp_path, *args)
+    assert done.returncode == 2 and words in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
