@@ -292,7 +292,7 @@ def _env_lines(ctx: _Context, name: str, value: Any) -> None:
 _TPU = refuse(None, False, "false", [], "", problem="is for TPUs; hpc runs CPUs and NVIDIA GPUs", fix="remove it")
 _MEGATRON = refuse(None, False, "false", problem="Megatron-LM is not supported by hpc",
                    fix="use FSDP or DeepSpeed (distributed_type FSDP or DEEPSPEED)")
-_MESH_SIZES = ("dp_replicate", "dp_shard", "tp", "cp")
+_MESH_SIZES = ("dp_replicate", "dp_shard", "tp")  # the dimensions hpc builds (cp and sp sizes: 1 only)
 
 
 def _parallelism(ctx: _Context, name: str, value: Any) -> None:
@@ -310,7 +310,7 @@ def _parallelism(ctx: _Context, name: str, value: Any) -> None:
         size = _int(ctx, name, value)
         if size < 1:
             ctx.fail(name, value, "must be 1 or more", "write e.g. 2")
-        if dim not in _MESH_SIZES[:3]:
+        if dim not in _MESH_SIZES:
             if size > 1:
                 ctx.fail(name, value, "context and sequence parallelism are not built into hpc yet",
                          "use the tp and dp_shard sizes")
