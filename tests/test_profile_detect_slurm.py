@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.slurm  # with the suite's other SLURM tests, one after 
 # its own folder and ports: the default cluster (/tmp/hpc-slurm, 6817, 17001-, ssh 2222) and the QOS one
 # (/tmp/hpc-slurm-qos, 6827-6829, 17101-) keep running beside it
 DIR = "/tmp/hpc-slurm-gres"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "profiles.md"
 GRES_CLUSTER = {"SLURM_LOCAL_DIR": DIR, "SLURM_LOCAL_CTLD_PORT": "6837", "SLURM_LOCAL_NODE_PORT0": "17200",
                 "SLURM_LOCAL_NODES": "2", "SLURM_LOCAL_CPUS": "2", "SLURM_LOCAL_GPUS": "2", "SLURM_LOCAL_SSH": "1",
                 "SLURM_LOCAL_SSH_PORT": "2232", "FRESH": "1"}
@@ -104,6 +106,8 @@ def test_detect_writes_the_cluster_as_it_is_and_a_two_node_job_runs_with_it(proj
     assert detected(project, "det") == {"name": "det", "scheduler": "slurm", "partition": "debug", **CLUSTER,
                                         "default_time": "00:10:00", "max_time": "01:00:00"}
     text = (project / "cluster_configs" / "det.yaml").read_text()
+    shown = DOCS.read_text().split("$ cat cluster_configs/det.yaml\n", 1)[1].split("```\n", 1)[0]
+    assert text == shown  # docs/profiles.md shows what it writes
     assert "# GPUs (GRES gpu) on each node of debug\ngpus_per_node: 2" in text
     assert "PreemptMode=OFF GraceTime=0: jobs here are not preempted" in text
     assert hpc(project, "profile", "validate", "--live", "det").returncode == 0
