@@ -16,7 +16,7 @@ import jinja2
 import jinja2.sandbox
 
 from hpc.cluster import sweep as sweeps
-from hpc.cluster.config.precedence import Effective
+from hpc.cluster.config.effective import Effective
 from hpc.cluster.config.schema import ClusterProfile, JobSpec
 from hpc.cluster.folders import builtin_dir, note_once, search_path, user_cache_dir
 from hpc.cluster.ownership import insecure

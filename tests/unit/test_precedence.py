@@ -1,5 +1,6 @@
 import pytest
 
+from hpc.cluster.backends.slurm import SlurmBackend
 from hpc.cluster.config import precedence as p
 from hpc.errors import ConfigError
 
@@ -94,3 +95,30 @@ def test_job_file_unknown_key(in_tmp):
     jf.write_text("nodse: 2\n")
     with pytest.raises(ConfigError, match="job.yaml: nodse = 2: unknown key; fix: did you mean 'nodes'"):
         resolve(job_file=jf)
+
+
+# --- what a scheduler takes is its backend's: precedence asks it and names where the key was set ----------------
+def test_precedence_asks_the_profiles_backend_what_its_scheduler_takes(in_tmp, monkeypatch):
+    asked = []
+
+    def refused_key(self, job, profile):
+        asked.append((type(self).__name__, profile.name))
+        return ("nodes", "is odd on this cluster", "ask for an even number") if job.nodes % 2 else None
+
+    monkeypatch.setattr(SlurmBackend, "refused_key", refused_key)
+    assert resolve(flags={"nodes": 2}).job.nodes == 2
+    with pytest.raises(ConfigError) as err:
+        resolve(env={"HPC_NODES": "3"})
+    assert str(err.value) == "environment: HPC_NODES = 3: is odd on this cluster; fix: ask for an even number"
+    assert asked == [("SlurmBackend", "slurm-local")] * 2
+
+
+def test_each_scheduler_keeps_its_own_limits(in_tmp):
+    with pytest.raises(ConfigError, match="MaxArraySize 1001") as err:
+        resolve(flags={"array": "0-2000"})  # SLURM's array size, named where it was set
+    assert err.value.source == "command line"
+    with pytest.raises(ConfigError, match="more processes than this machine") as err:
+        resolve("local", env={"HPC_NPROC_PER_NODE": "1000000"})
+    assert err.value.source == "environment"
+    # a SLURM job's processes start on its nodes: this machine's process cap is not asked
+    assert resolve(flags={"nproc_per_node": 1000, "launcher": "torchrun"}).job.nproc_per_node == 1000

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpc.cluster.config.precedence import Effective
+from hpc.cluster.config.effective import Effective
 from hpc.cluster.records import JobRecord
 from hpc.contract import batch_outputs, layout
 from hpc.contract.atomic import atomic_write
@@ -77,6 +77,11 @@ class Backend:
     # --- planning (torch-free, no scheduler contact) -------------------------------------------------
     def template(self, job) -> str:
         raise NotImplementedError
+
+    def refused_key(self, job, profile) -> tuple[str, str, str] | None:
+        """A key whose value this scheduler cannot take, as (key, problem, fix); asked while the job is resolved,
+        so the error names the file, variable or flag that set the key."""
+        return None
 
     def check(self, job, profile, n_sweep: int) -> None:
         """Refuse what this scheduler cannot run, before anything is written."""

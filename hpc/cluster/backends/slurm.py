@@ -73,6 +73,8 @@ def directives(job, profile, job_dir: str, array_spec: str | None) -> list[str]:
     pre = profile.preemption
     d.append(f"--signal=B:{pre.signal}@{pre.lead_time}")
     d.append("--requeue" if pre.requeue else "--no-requeue")
+    if job.elastic:  # a node that fails must not end the job: the other nodes go on without it
+        d.append("--no-kill")
     d.extend(profile.sbatch_extra)
     return d
 
@@ -84,6 +86,14 @@ class SlurmBackend(Backend):
 
     def __init__(self, slurm: Slurm | None = None):
         self.slurm = slurm or Slurm()
+
+    def refused_key(self, job, profile) -> tuple[str, str, str] | None:
+        if job.array:  # sized before any index is built, against the cluster's MaxArraySize
+            try:
+                array_spec.parse(job.array, profile.max_array_size or array_spec.DEFAULT_MAX_ARRAY_SIZE)
+            except HpcError as e:
+                return "array", e.problem, e.fix
+        return None
 
     def check(self, job, profile, n_sweep: int) -> None:
         limit = profile.max_array_size or array_spec.DEFAULT_MAX_ARRAY_SIZE

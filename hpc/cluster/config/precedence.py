@@ -11,12 +11,13 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from hpc.cluster import backends
 from hpc.cluster.config import files, profiles
+from hpc.cluster.config.effective import Effective
 from hpc.cluster.config.schema import PROFILE_DEFAULTS, ClusterProfile, JobSpec, record
-from hpc.contract import checks
 from hpc.contract.validate import check_field, field_names, unknown_key_error
 from hpc.errors import ConfigError, HpcError, shown
-from hpc.slurm import array_spec, formats
+from hpc.slurm import formats
 
 ENV_PREFIX = "HPC_"
 
@@ -31,34 +32,6 @@ class Layer:
     from_text: bool = False
     spell: Any = staticmethod(lambda key: key)
     notes: list = dataclasses.field(default_factory=list)  # one line each, for the user (Accelerate's settings)
-
-
-@record
-class Effective:
-    """The resolved job with every value's source."""
-
-    job: JobSpec
-    profile: ClusterProfile
-    profile_path: Path
-    sources: dict[str, str]
-    notes: list = dataclasses.field(default_factory=list)
-
-    def explain_rows(self) -> list[tuple[str, str, str]]:
-        rows = []
-        for name in field_names(JobSpec):
-            value = getattr(self.job, name)
-            rows.append((name, _show(value), self.sources.get(name, "default")))
-        return rows
-
-
-def _show(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, list):
-        return " ".join(value) if value else "-"
-    if isinstance(value, dict):
-        return ",".join(f"{k}={v}" for k, v in value.items()) or "-"
-    return str(value)
 
 
 def flag_name(key: str) -> str:
@@ -267,16 +240,9 @@ def _check_against_profile(job: JobSpec, profile: ClusterProfile, located: dict[
             fail("elastic", "needs the torchrun launcher", "add --launcher torchrun")
         if not lo <= job.nodes <= hi:
             fail("nodes", f"is outside the elastic range {job.elastic}", f"ask for between {lo} and {hi} nodes")
-    if job.array and profile.scheduler == "slurm":  # the local scheduler refuses arrays itself
-        try:
-            array_spec.parse(job.array, profile.max_array_size or array_spec.DEFAULT_MAX_ARRAY_SIZE)
-        except HpcError as e:
-            fail("array", e.problem, e.fix)
-    if profile.scheduler == "local" and job.nproc_per_node:
-        try:
-            checks.local_processes(job.nproc_per_node)
-        except HpcError as e:
-            fail("nproc_per_node", e.problem, e.fix)
+    refused = backends.for_profile(profile).refused_key(job, profile)  # what the scheduler takes is its backend's
+    if refused is not None:
+        fail(*refused)
     if job.array and job.sweep:
         fail("sweep", "cannot be combined with --array (a sweep is an array of its own)", "drop one of them")
     if job.offload_param and job.strategy == "deepspeed" and job.zero_stage != 3:
