@@ -245,3 +245,13 @@ def test_flag_errors_fit_the_command(in_tmp):
     assert script.returncode == 2 and "The script's own arguments go after '--'" in script.stderr
     local = _hpc("profile", "new", "x", "--detect", "--scheduler", "local", "-y", cwd=in_tmp)
     assert local.returncode == 2 and "nothing to detect" in local.stderr
+
+
+def test_the_new_flags_work_without_detect_too(in_tmp):
+    proc = _hpc("profile", "new", "plain", "--qos", "debug", "--max-nodes", "8", "--constraint", "gpu", "-y",
+                cwd=in_tmp)
+    assert proc.returncode == 0, proc.stderr
+    prof, _, _ = profiles.load(str(in_tmp / "cluster_configs" / "plain.yaml"))
+    assert (prof.qos, prof.max_nodes, prof.constraint) == ("debug", 8, "gpu")
+    remote = _hpc("profile", "new", "x", "--remote", "slurm-local-ssh", "-y", cwd=in_tmp)
+    assert remote.returncode == 2 and "add --detect" in remote.stderr
