@@ -2,6 +2,7 @@
 before it, by the store, by the batch script's resume lookup and by merge-weights; a known format of another
 strategy is not damage (the load refuses it by name)."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -44,13 +45,20 @@ def test_a_known_format_of_another_strategy_is_not_damage(tmp_path, fmt):
     assert manifest.check(tmp_path / "step-8", manifest.read(tmp_path / "step-8")) is None
 
 
-def test_the_batch_scripts_resume_lookup_skips_an_unknown_format(tmp_path, capsys):
+@pytest.mark.parametrize("spoil", [{"format": "zarr"}, {"step": "two"}, {"loaders": "all"}, {"world_size": -1}],
+                         ids=lambda d: next(iter(d)))
+def test_the_batch_scripts_resume_lookup_skips_a_malformed_manifest(tmp_path, capsys, spoil):
+    """It checked the checksums alone: a malformed manifest went to the script, whose load_state then stopped the
+    job on it instead of resuming from the checkpoint before."""
     job = tmp_path / "job"
     (job / "tasks").mkdir(parents=True)
-    for step, fmt in ((2, "full"), (4, "zarr")):
-        script_resume.note(job, "0", commit(tmp_path / "out" / f"step_{step}", step, fmt), step)
+    for step in (2, 4):
+        script_resume.note(job, "0", commit(tmp_path / "out" / f"step_{step}", step), step)
+    newest = tmp_path / "out" / "step_4" / manifest.NAME
+    newest.write_text(json.dumps({**json.loads(newest.read_text()), **spoil}))
     assert script_resume.newest(job, "0") == tmp_path / "out" / "step_2"
-    assert "not resuming from step_4: " in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "not resuming from step_4: " in said and "manifest.json is malformed" in said
 
 
 def test_merge_weights_of_an_unknown_format_is_one_line(tmp_path):
