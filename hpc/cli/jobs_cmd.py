@@ -99,7 +99,7 @@ def status(job, as_json):
 
 
 @click.command("list")
-@click.option("-n", "limit", default=20, show_default=True, help="How many recent jobs.")
+@click.option("-n", "limit", type=click.IntRange(min=1), default=20, show_default=True, help="How many recent jobs.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_(limit, as_json):
     """Recent jobs from this user's records, with their live state."""
@@ -137,7 +137,7 @@ def list_(limit, as_json):
 @click.command()
 @click.argument("job", required=False)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing as the logs grow, until the job ends.")
-@click.option("--rank", type=int, help="One rank's log (default: rank 0).")
+@click.option("--rank", type=click.IntRange(min=0), help="One rank's log (default: rank 0).")
 @click.option("--all", "all_", is_flag=True, help="Every log of the task, each line marked with its file.")
 @click.option("--batch", is_flag=True, help="The batch script's own log.")
 @click.option("--task", default=None, help="Array task id (default: the first).")

@@ -9,7 +9,8 @@ from collections import Counter
 from typing import Callable, Iterator
 
 from hpc.cluster.records import JobRecord
-from hpc.contract import layout
+from hpc.contract import checks, layout
+from hpc.errors import HpcError
 from hpc.slurm.commands import ControllerDown, TaskState
 
 # the job's state is the first of these that any task is in
@@ -98,6 +99,11 @@ def wait(record: JobRecord, timeout: float | None = None, on_poll: Callable[[dic
          say: Callable[[str], None] = _say) -> dict[str, TaskState]:
     """Poll until every task has ended. UNKNOWN is not an end: it is asked again, and so is a controller that does
     not answer (said once through ``say``), until ``timeout`` if any."""
+    if timeout is not None:  # nan never passes a deadline (a wait for ever), a negative one gave up at once
+        try:
+            checks.seconds(timeout)
+        except HpcError as e:
+            raise HpcError(f"timeout = {timeout}: {e.problem}", fix=e.fix) from None
     deadline = None if timeout is None else time.monotonic() + timeout
     delay = 0.25
     outage = Outage(say)
