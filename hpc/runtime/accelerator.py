@@ -96,7 +96,7 @@ class Accelerator:
         self.strategy = choose(s.strategy, self._process, self.handlers, s.plugin, mixed_precision=s.mixed_precision,
                                accumulation_steps=s.accumulation_steps, **mesh_settings)
         self.precision = Precision(s.mixed_precision, self.device, self.strategy, self.handlers.get(GradScalerKwargs),
-                                   self.handlers.get(AutocastKwargs))
+                                   self.handlers.get(AutocastKwargs), self.handlers)
         # as Accelerate's: GradientState().num_steps is the accumulation however it was given
         self.gradient_state = GradientState(gradient_accumulation_plugin or GradientAccumulationPlugin(
             num_steps=s.accumulation_steps))
@@ -185,7 +185,8 @@ class Accelerator:
 
     @property
     def fp8_backend(self):
-        return None  # no fp8 recipe in hpc yet
+        """The fp8 backend under mixed_precision="fp8" ("AO": torchao), else None."""
+        return self.precision.fp8_backend
 
     @property
     def should_save_model(self) -> bool:

@@ -7,26 +7,30 @@ import contextlib
 import torch
 
 from hpc.errors import HpcError
+from hpc.runtime import fp8
 from hpc.runtime.handlers import AutocastKwargs, GradScalerKwargs
 
-MODES = ("no", "fp32", "bf16", "fp16")
+MODES = ("no", "fp32", "bf16", "fp16", "fp8")
 
 
 def normalize(mode: str | None) -> str:
-    """'no', 'bf16' or 'fp16' ('fp32' and None mean 'no')."""
+    """'no', 'bf16', 'fp16' or 'fp8' ('fp32' and None mean 'no')."""
     mode = (mode or "no").lower()
-    if mode == "fp8":
-        raise HpcError("mixed_precision='fp8' is not in hpc yet (it needs an fp8 GPU, H100 or newer, and a recipe "
-                       "such as Transformer Engine or torchao)", fix="use bf16")
     if mode not in MODES:
-        raise HpcError(f"mixed_precision={mode!r} is not supported", fix="use 'no', 'bf16' or 'fp16'")
+        raise HpcError(f"mixed_precision={mode!r} is not supported", fix="use 'no', 'bf16', 'fp16' or 'fp8'")
     return "no" if mode == "fp32" else mode
 
 
 class Precision:
     def __init__(self, mode: str | None, device: torch.device, strategy, scaler_kwargs: GradScalerKwargs | None = None,
-                 autocast_kwargs: AutocastKwargs | None = None):
+                 autocast_kwargs: AutocastKwargs | None = None, handlers: dict | None = None):
         self.mode = normalize(mode)
+        self.fp8_backend, self._fp8_recipe = None, None
+        if self.mode == "fp8":  # matmuls in fp8 (fp8.py); weights and optimizer state stay in full precision
+            handlers = handlers or {}
+            self.fp8_backend = fp8.backend_of(handlers)
+            fp8.check_device(device)
+            self._fp8_recipe = handlers.get(fp8.AORecipeKwargs)
         self.autocast_kwargs = autocast_kwargs or AutocastKwargs()
         self.device = device
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.mode)
@@ -44,6 +48,12 @@ class Precision:
             return contextlib.nullcontext()
         extra = {} if handler.cache_enabled is None else {"cache_enabled": handler.cache_enabled}
         return torch.autocast(self.device.type, dtype=self.dtype, **extra)
+
+    def prepare_model(self, model: torch.nn.Module, sharded: bool) -> None:
+        """Before the strategy wraps it: fp8's Linear layers (all-gathered in fp8 where ``sharded``), or autocast."""
+        if self.fp8_backend is not None:
+            fp8.convert(model, self._fp8_recipe, fsdp_all_gather=sharded)
+        self.wrap_forward(model)
 
     def wrap_forward(self, model: torch.nn.Module) -> None:
         """Run the model's forward under autocast, so the user's loop needs no context of its own."""

@@ -50,7 +50,7 @@ class Preparation:
         hints = {"micro_batch_size": next((objects[i].batch_size for i in loaders), None),
                  "scheduler": next((o for o in objects if isinstance(o, DummyScheduler)), None)}
         for i in models:
-            self.precision.wrap_forward(objects[i])
+            self.precision.prepare_model(objects[i], sharded=self.strategy.shards_parameters)
         new_models, new_optimizers = self.strategy.prepare([objects[i] for i in models],
                                                            [objects[i] for i in optimizers], hints)
         for i, model in zip(models, new_models):

@@ -19,6 +19,7 @@ from hpc.errors import HpcError
 from hpc.runtime.checkpoint.store import MIN_KEEP
 from hpc.runtime.compile import Compile
 from hpc.runtime.configuration import DataLoaderConfiguration, ProjectConfiguration
+from hpc.runtime.fp8 import RECIPES
 from hpc.runtime.handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -38,7 +39,8 @@ DEFAULT_HANG_TIMEOUT_S = 300.0
 DEFAULT_ARRIVAL_TIMEOUT_S = 600.0
 # a rank whose own part of a step takes this many times the median rank's, window after window, is a straggler
 DEFAULT_STRAGGLER_THRESHOLD = 1.5
-HANDLERS = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs, ProfileKwargs)
+HANDLERS = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs, ProfileKwargs,
+            *RECIPES)
 
 
 def job_values(config: RuntimeConfig | None) -> tuple[dict, list[str]]:

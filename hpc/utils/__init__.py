@@ -25,6 +25,7 @@ _MODULES = {
     "hpc.runtime.process_state": ["wait_for_everyone"],
     "hpc.runtime.deepspeed_dummies": ["DummyOptim", "DummyScheduler"],
     "hpc.runtime.parallelism": ["TorchContextParallelConfig", "TorchTensorParallelConfig", "TorchTensorParallelPlugin"],
+    "hpc.runtime.fp8": ["AORecipeKwargs", "FP8RecipeKwargs", "MSAMPRecipeKwargs", "TERecipeKwargs"],
     "hpc.utils.modeling": ["align_module_device", "calculate_maximum_sizes", "check_device_map",
                            "check_tied_parameters_in_config", "check_tied_parameters_on_same_device",
                            "compute_module_sizes", "convert_file_size_to_int", "dtype_byte_size",

@@ -14,6 +14,7 @@ class Strategy:
     name = "base"
     needs_process_group = False  # even with one process (FSDP meshes and DeepSpeed engines need one)
     builds_optimizer_from_config = False  # DummyOptim/DummyScheduler: the backend's config defines them
+    shards_parameters = False  # parameters all-gathered for each forward (FSDP): fp8 gathers them in fp8
 
     def __init__(self, state, handlers: dict, *, mixed_precision: str = "no", accumulation_steps: int = 1):
         self.state, self.handlers = state, handlers

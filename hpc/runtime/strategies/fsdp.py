@@ -30,6 +30,7 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 class FSDPStrategy(Strategy):
     name = "fsdp"
     needs_process_group = True
+    shards_parameters = True
 
     def __init__(self, state, handlers, plugin: FullyShardedDataParallelPlugin | None, parallelism=None,
                  tp_plan: dict | None = None, **settings):
