@@ -430,7 +430,12 @@ _NESTED_PREFIX = {"fsdp_config": "", "deepspeed_config": "", "dynamo_config": ""
 
 
 def _fp8_setting(ctx: _Context, name: str, value: Any) -> None:
-    ctx.note(name, value, "hpc has no fp8 recipe of its own yet; mixed_precision fp8 stops the job with an error")
+    if name == "fp8_backend" and str(value).strip().upper() not in ("AO", "", "NONE"):
+        ctx.fail(name, value, "hpc's fp8 is torchao's (AO); TransformerEngine and MS-AMP are not driven by hpc",
+                 "write AO, or leave fp8_backend out")
+    if name != "fp8_backend":
+        ctx.note(name, value, "not read by hpc: its fp8 is torchao's with its defaults; pass AORecipeKwargs(config="
+                              "Float8LinearConfig(...)) in the script for others")
 
 
 def _handler(name: str) -> Callable | None:

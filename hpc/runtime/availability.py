@@ -73,9 +73,12 @@ def is_fp16_available() -> bool:
 
 
 def is_fp8_available() -> bool:
-    """fp8 needs a GPU with fp8 tensor cores (compute capability 8.9 or newer) and a library hpc does not drive
-    yet; hpc refuses mixed_precision="fp8" (docs/training.md: Porting from Accelerate)."""
-    return False
+    """Whether mixed_precision="fp8" can run here: torchao installed and a GPU with fp8 tensor cores (compute
+    capability 8.9 or newer), as hpc's fp8 needs (fp8.py)."""
+    import torch
+
+    return importlib.util.find_spec("torchao") is not None and torch.cuda.is_available() and \
+        torch.cuda.get_device_capability() >= (8, 9)
 
 
 # Accelerators hpc does not run on: always False, so a script's branches for them are not taken.

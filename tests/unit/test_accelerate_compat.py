@@ -177,8 +177,13 @@ def test_every_accelerate_template_renders_or_says_why_not(tmp_path):
     assert "main_process_ip=1234: the job's first node is the main process" in node["stderr"]
     single = effective(render_json(tmp_path, "--config_file", str(configs / "single_accelerator.yaml"), "t.py"))
     assert (single["strategy"], single["mixed_precision"]) == (None, "bf16")
-    fp8 = render_json(tmp_path, "--config_file", str(configs / "fp8.yaml"), "t.py")
-    assert effective(fp8)["mixed_precision"] == "fp8" and "fp8_config.fp8_format=E4M3" in fp8["stderr"]
+    te = hpc(tmp_path, "render", "--config_file", str(configs / "fp8.yaml"), "t.py")  # its backend: TE
+    assert te.returncode == 2 and len(te.stderr.strip().splitlines()) == 1
+    assert "fp8_config.backend = 'TE': hpc's fp8 is torchao's (AO)" in te.stderr, te.stderr
+    ao = configs / "fp8_ao.yaml"
+    ao.write_text((configs / "fp8.yaml").read_text().replace("backend: TE", "backend: AO"))
+    fp8 = render_json(tmp_path, "--config_file", str(ao), "t.py")
+    assert effective(fp8)["mixed_precision"] == "fp8" and "fp8_config.fp8_format=E4M3: not read by hpc" in fp8["stderr"]
     slurm_fsdp = effective(render_json(tmp_path, "-p", "slurm-local", "--config_file",
                                        str(configs / "slurm_fsdp_config.yaml"), "t.py"))
     assert slurm_fsdp["strategy"] == "fsdp"
