@@ -75,13 +75,17 @@ def _print_dtypes(model: str, dtypes: list[str], as_json: bool) -> None:
 @click.option("--layers", type=int)
 @click.option("--heads", type=int, default=0)
 @click.option("--activation-checkpointing", is_flag=True)
+@click.option("--tp", "--tp-size", "tp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Tensor-parallel ranks (ParallelismConfig tp_size): FSDP2 strategies, sharded over the rest.")
+@click.option("--dp-replicate", "--dp-replicate-size", "dp_replicate", type=click.IntRange(min=1), default=1,
+              show_default=True, help="HSDP's replicas (ParallelismConfig dp_replicate_size).")
 @click.option("--dtypes", multiple=True, is_flag=False, flag_value="all", metavar="[LIST]",
               help="Print Accelerate's table instead: per dtype (float32, float16, int8, int4; comma-separated or "
                    "repeated; bare: all) the largest layer, the total size and Adam's training peak.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @click.pass_context
 def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profile, gpu_memory, headroom, batch_size,
-                    seq_len, hidden_size, layers, heads, activation_checkpointing, dtypes, as_json):
+                    seq_len, hidden_size, layers, heads, activation_checkpointing, tp, dp_replicate, dtypes, as_json):
     """Estimate training memory per GPU for MODEL: a parameter count (7B, 125M, 1.3e9), a local HuggingFace
     model folder (its config.json; needs transformers) or module:callable; models are built on the meta device.
 
@@ -94,6 +98,7 @@ def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profil
       hpc estimate-memory 1.3B --world-size 8 --gpu-memory 40G --batch-size 4 --seq-len 2048 \\
           --hidden-size 2048 --layers 24 --heads 16 --activation-checkpointing
       hpc estimate-memory mypkg.model:build --world-size 4 --json
+      hpc estimate-memory 70B --world-size 64 --tp 8 --dp-replicate 2 --gpu-memory 80G
       hpc estimate-memory ./Llama-3.1-8B --dtypes float16,int4
     """
     if dtypes:
@@ -123,8 +128,10 @@ def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profil
             raise HpcError("the activation estimate needs --batch-size, --seq-len, --hidden-size and --layers",
                            fix="give all four, or none")
         shape = est.Shape(batch_size, seq_len, hidden_size, layers, heads, activation_checkpointing)
-    names = strategies or est.STRATEGIES
-    results = [est.estimate(count, s, precision=precision, world_size=world_size, shape=shape) for s in names]
+    meshed = tp > 1 or dp_replicate > 1
+    names = strategies or (est.MESH_STRATEGIES if meshed else est.STRATEGIES)
+    results = [est.estimate(count, s, precision=precision, world_size=world_size, shape=shape, tp=tp,
+                            dp_replicate=dp_replicate) for s in names]
     capacity = int(formats.parse_memory(capacity_text) * 2**20 * (1 - headroom)) if capacity_text else None
     best = est.cheapest_fit(results, capacity) if capacity else None
     if as_json:

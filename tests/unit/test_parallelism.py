@@ -140,3 +140,23 @@ def test_an_accelerate_config_files_parallelism_section_is_read(tmp_path):
 def test_sizes_that_do_not_fit_the_job_are_one_line_before_anything_is_queued(tmp_path, args, words):
     done = render(tmp_path, *args)
     assert done.returncode == 2 and words in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+# --- sizing: hpc estimate-memory with a mesh -----------------------------------------------------------------
+def test_estimate_memory_per_rank_under_a_mesh():
+    from hpc.cluster import estimate as est
+
+    shape = est.Shape(batch_size=1, seq_len=4096, hidden_size=4096, layers=32, heads=32)
+    plain = est.estimate(8 * 10**9, "fsdp", precision="bf16", world_size=16, shape=shape)
+    tp = est.estimate(8 * 10**9, "fsdp", precision="bf16", world_size=16, shape=shape, tp=4)
+    hsdp = est.estimate(8 * 10**9, "fsdp", precision="bf16", world_size=16, shape=shape, tp=4, dp_replicate=2)
+    # tp x dp_shard still cuts the state 16 ways; HSDP's replicas hold the same shards: 8 ways
+    assert tp.state_bytes == plain.state_bytes and hsdp.state_bytes == 2 * plain.state_bytes
+    # tp cuts the matmuls' activations (24 + 5as/h of the 34 + 5as/h a layer), not the norms' and dropouts'
+    per_layer = lambda t: 1 * 4096 * 4096 * (10 + 24 / t + 5 * 32 * 4096 / 4096 / t)  # noqa: E731
+    assert tp.activations == int(per_layer(4) * 32) and plain.activations == int(per_layer(1) * 32)
+    assert tp.strategy == "fsdp (tp 4)" and hsdp.strategy == "fsdp (tp 4, replicate 2)"
+    with pytest.raises(HpcError, match="composes with FSDP2 only"):
+        est.estimate(10**9, "zero3", world_size=8, tp=2)
+    with pytest.raises(HpcError, match="does not divide 6"):
+        est.estimate(10**9, "fsdp", world_size=6, tp=4)
