@@ -201,6 +201,16 @@ def _check_spares(job, profile, backend, vetted: bool) -> None:
                        fix="drop one of --spare-nodes and --elastic")
 
 
+def node_range(job: JobSpec) -> tuple[int, int] | None:
+    """(fewest, most) nodes the job can run on, where it is not exactly `nodes`: spare nodes (N to N+K), elastic
+    (MIN to MAX)."""
+    if job.spare_nodes:
+        return job.nodes, job.nodes + job.spare_nodes
+    if job.elastic_range:
+        return job.elastic_range
+    return None
+
+
 def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None = None,
            *, backend) -> RenderedJob:
     """``workdir``: where the job runs (the code snapshot); None leaves it to sbatch (the submit folder)."""
@@ -271,6 +281,9 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         "vet": vetted,
         "step_by_runner": False,  # deepspeed.sbatch.j2 says True: its runner starts the step on the hostfile's nodes
         "vet_port": layout.next_port_formula("MASTER_PORT"),
+        # the nodes a requeue that excludes some asks for, (fewest, most); None: exactly the job's nodes
+        "node_range": node_range(job),
+        "fewest_nodes": node_range(job)[0] if node_range(job) else job.nodes,
         "lost_node_after": profile.lost_nodes.after,
         "probe_timeout": profile.lost_nodes.probe_timeout,
     }

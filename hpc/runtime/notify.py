@@ -38,7 +38,7 @@ from hpc.errors import HpcError
 from hpc.runtime.resilience import preemption
 
 # what hpc itself sends (others may be sent; these names are what webhook consumers filter on)
-EVENTS = ("started", "requeued", "node_excluded", "straggler", "hung", "failed", "completed")
+EVENTS = ("started", "requeued", "node_excluded", "node_lost", "straggler", "hung", "failed", "completed")
 TIMEOUT_S = 5.0  # a notice's whole budget: connect, send, answer (or sendmail); tests shorten it
 MAX_TEXT_CHARS = 2000  # one line for a chat window; a hang summary over a thousand ranks is cut here
 SENDMAIL_FALLBACK = "/usr/sbin/sendmail"  # where sendmail lives when /usr/sbin is not on a job's PATH

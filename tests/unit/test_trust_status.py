@@ -224,6 +224,23 @@ def test_a_tie_in_time_goes_to_the_process_that_was_not_stopped_and_torchrun_nam
     assert state.reason == "torchrun's agent on node2 (node 1) failed first (exit 1)" and state.exit_code == 1
 
 
+def test_a_node_lost_in_this_attempt_is_blamed_before_the_survivor_that_failed_after_it(tmp_path, no_cache):
+    """The elastic job's node2 died (no end noted there, the batch script noted it lost); node1's agent failed
+    later. A node lost in an earlier attempt (lost_nodes older than this attempt's jobid) is not blamed."""
+    job = ended_job(tmp_path, exit_code=1, launcher="torchrun", ends={("node1", 0): (1, 0.0)},
+                    reason="node(s) node2 stopped answering; not requeued: hpc requeued the job 3 times\n")
+    folder = Path(job.job_dir) / layout.TASKS
+    (folder / f"0.{layout.TaskFile.JOBID}").write_text("42 3\n")
+    lost = folder / f"0.{layout.TaskFile.LOST_NODES}"
+    lost.write_text("node3\nnode2\n")
+    state = slurm_says().states([job])[job.job_dir]["0"]
+    assert state.reason.startswith("node(s) node2 left first: no process there noted an end (killed, or the node "
+                                   "died); then torchrun's agent on node1 (node 0) failed (exit 1)"), state.reason
+    os.utime(lost, (time.time() - 30, time.time() - 30))  # lost before this attempt began
+    state = slurm_says().states([job])[job.job_dir]["0"]
+    assert state.reason.startswith("torchrun's agent on node1 (node 0) failed first (exit 1)"), state.reason
+
+
 def test_a_job_that_was_not_requeued_says_why(tmp_path, no_cache):
     """max_requeues spent: every rank saved and exited 128+USR1; the reason is the ranks' note."""
     note = "not requeued (USR1): hpc has requeued it 3 times (max_requeues=3; preemptions do not count)\n"

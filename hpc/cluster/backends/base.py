@@ -317,14 +317,30 @@ def first_failure(ends: list[ProcessEnd]) -> ProcessEnd | None:
     return min(failed, key=lambda e: (e.at if e.at is not None else 0.0, e.exit_code in _STOPPED, e.rank))
 
 
-def describe_failure(first: ProcessEnd, ends: list[ProcessEnd], launcher: str | None) -> str:
-    """The first failure in words, as `hpc status` shows it."""
+def describe_failure(first: ProcessEnd, ends: list[ProcessEnd], launcher: str | None, after: bool = False) -> str:
+    """The first failure in words, as `hpc status` shows it; ``after``: a node had left before it (left_first)."""
     code = _code_words(first.exit_code)
     if len(ends) > 1 and all(e.exit_code == first.exit_code for e in ends):
-        return f"every process ended with {code}"
+        return f"every process {'then ' if after else ''}ended with {code}"
     who = (f"torchrun's agent on {first.host} (node {first.rank})" if launcher == "torchrun"
            else f"rank {first.rank} on {first.host}")
-    return f"{who} failed first ({code})"
+    return f"then {who} failed ({code})" if after else f"{who} failed first ({code})"
+
+
+def left_first(files, task: str, names: list[str], ends: list[ProcessEnd]) -> list[str]:
+    """The nodes the task's latest attempt lost, none of whose processes noted an end: they left before any other
+    process failed, which a survivor's failure must not hide (it would read as the cause). The attempt's loss is
+    the last line of tasks/<task>.lost_nodes when that file is newer than the attempt's jobid file."""
+    mtime = getattr(files, "mtime", None)
+    lost, started = (f"{layout.TASKS}/{task}.{kind}" for kind in (layout.TaskFile.LOST_NODES, layout.TaskFile.JOBID))
+    if mtime is None or lost.rpartition("/")[2] not in names:
+        return []
+    lost_at, started_at = mtime(lost), mtime(started)
+    if lost_at is None or started_at is None or lost_at < started_at:
+        return []  # lost in an earlier attempt (which excluded it since)
+    lines = (files.read(lost) or b"").decode(errors="replace").split()
+    noted = {e.host for e in ends}
+    return [n for n in lines[-1].split(",") if n and n not in noted] if lines else []
 
 
 def _code_words(code: int) -> str:
@@ -372,10 +388,14 @@ def explain(files, task: str, state: TaskState, names: list[str] | None = None) 
         return TaskState(state.state, code, "; ".join(said) or state.reason)
     ends = process_ends(files, task, names)
     first = first_failure(ends)
+    left = left_first(files, task, names, ends)
     if first is not None:
-        said.insert(0, describe_failure(first, ends, launcher_of(files)))
+        said.insert(0, describe_failure(first, ends, launcher_of(files), after=bool(left)))
         code = first.exit_code
-    elif not said:
+    if left:  # the cause, before what the survivors did after it
+        said.insert(0, f"node(s) {','.join(left)} left first: no process there noted an end (killed, or the node "
+                       "died)")
+    if not said:
         said.append("the job script ended " + (f"with exit code {code}" if code is not None else "without an exit code")
                     + " and no process noted why; see `hpc logs --all`")
     return TaskState(state.state, code, "; ".join(said) or state.reason)

@@ -1,0 +1,86 @@
+"""One rank of an elastic test: a paced run that checkpoints often, so that a node can die under it mid-epoch.
+
+    python elastic_worker.py SPEC_JSON
+
+SPEC keys: project (checkpoint folder parent), out (result file), epochs, save_every (optimizer steps), sleep
+(seconds a step in the job's first torchrun round only: room to kill a node while it trains; the rounds after it
+run at full speed). 64 samples, 4 a rank a step, shuffled: at world 2 an epoch
+is 8 steps, at world 1 16. The loop has no resume logic beyond `auto_resume`: a group that torchrun restarts at
+another world size goes on from the newest checkpoint, mid-epoch.
+
+Every step rank 0 notes the sample ids all ranks trained, with the loader's epoch, in an object saved with the
+checkpoint; it writes `progress` (the step reached), and `world-a<requeues>-r<restart>` (the world size and the hosts of
+each torchrun round, with the time its first step ended). At the end it writes the ids of each epoch to `out`.
+"""
+
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from hpc import Accelerator, set_seed
+from hpc.runtime.resilience import preemption
+
+N = 64
+
+
+class SampleLog:
+    def __init__(self):
+        self.rows = []
+
+    def state_dict(self):
+        return {"rows": [list(r) for r in self.rows]}
+
+    def load_state_dict(self, state):
+        self.rows = [list(r) for r in state["rows"]]
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    project = Path(spec["project"])
+    project.mkdir(parents=True, exist_ok=True)
+    acc = Accelerator(project_dir=str(project), auto_resume=True)
+    set_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x = torch.randn(N, 8, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.TensorDataset(torch.arange(N), x, x.sum(dim=1, keepdim=True).sin())
+    loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
+    model, opt, loader = acc.prepare(model, opt, loader)
+    log = SampleLog()
+    acc.register_for_checkpointing(log)
+    hosts = acc.gather_for_metrics([socket.gethostname()], use_gather_object=True)
+    attempt = f"a{preemption.requeue_count()}-r{acc._process.env.restart_count}"
+    sleep = spec.get("sleep", 0) if attempt == "a0-r0" else 0
+    first = True
+    while loader.epoch < spec["epochs"]:
+        for idx, xb, yb in loader:
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            acc.backward(loss)
+            opt.step()
+            opt.zero_grad()
+            ids = acc.gather(idx)
+            if acc.is_main_process:
+                log.rows.append([loader.epoch, ids.tolist()])
+                (project / "progress").write_text(f"{acc.completed_steps}\n")
+                if first:
+                    (project / f"world-{attempt}").write_text(json.dumps(
+                        {"world": acc.num_processes, "hosts": sorted(set(hosts)), "trained_at": time.time(),
+                         "step": acc.completed_steps}))
+            first = False
+            if acc.completed_steps % spec["save_every"] == 0:
+                acc.save_state()
+            time.sleep(sleep)
+    if acc.is_main_process:
+        epochs = [[] for _ in range(spec["epochs"])]
+        for epoch, ids in log.rows:
+            epochs[epoch] += ids
+        torch.save({"epochs": epochs, "steps": acc.completed_steps}, spec["out"])
+    acc.end_training()
+
+
+if __name__ == "__main__":
+    main()

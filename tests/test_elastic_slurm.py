@@ -1,0 +1,70 @@
+"""An elastic torchrun job on the real on-machine SLURM outlives a node: the survivors rendezvous again at the
+smaller world, resume from the newest checkpoint, and the job ends COMPLETED with every epoch's samples trained
+once each; `hpc status` names the node that left, not a survivor.
+
+The node that goes is the second (the first runs the batch script and hosts the rendezvous: the job cannot
+outlive it). Either its job processes are killed while its slurmd lives on (as an OOM kill or a crash would), or
+the whole node dies (scripts/slurm-local kill-node): srun then waits for it until the job script's probes find
+it lost, and SLURM declares it down after SlurmdTimeout (60 s) without ending the job (--no-kill).
+"""
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.jobhelpers import hpc, status, submit
+
+pytestmark = pytest.mark.slurm
+HERE = Path(__file__).parent
+SLURM_LOCAL = HERE.parent / "scripts" / "slurm-local"
+EPOCHS = 2
+
+
+def _wait_for(what: str, path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def submit_elastic(project: Path, name: str, spec: dict) -> dict:
+    shutil.copy(HERE / "elastic_worker.py", project)
+    spec = {"project": str(project / name), "out": str(project / f"{name}.pt"), "epochs": EPOCHS, **spec}
+    return submit(project, "-p", "slurm-local", "--launcher", "torchrun", "--nproc", "1", "--elastic", "1:2",
+                  "--max-restarts", "3", "--time", "5", "-J", name, "elastic_worker.py", "--", json.dumps(spec))
+
+
+@pytest.mark.parametrize("how", ["kill-tasks", "kill-node"])
+def test_an_elastic_job_goes_on_without_a_node_that_dies_and_completes_exactly(slurm, tmp_path, how):
+    run = tmp_path / "el"
+    info = submit_elastic(tmp_path, "el", {"save_every": 2, "sleep": 0.5})
+    first = run / "world-a0-r0"
+    _wait_for("the first step at world 2", first, 120)
+    before = json.loads(first.read_text())
+    assert before["world"] == 2, before
+    victim = before["hosts"][1]  # not the batch host, which runs the rendezvous
+    while int((run / "progress").read_text()) < 3:  # past the first checkpoint (step 2)
+        time.sleep(0.2)
+    subprocess.run([str(SLURM_LOCAL), how, victim], check=True, capture_output=True)
+    try:
+        proc = hpc(tmp_path, "wait", info["job_id"], timeout=240)
+        logs = hpc(tmp_path, "logs", "--all", info["job_id"], check=True).stdout
+        assert proc.returncode == 0 and "COMPLETED" in proc.stdout, proc.stdout + logs[-4000:]
+        # the survivor trained on alone, in the same attempt: no requeue
+        after = json.loads((run / "world-a0-r1").read_text())
+        assert after["world"] == 1 and victim not in after["hosts"], after
+        assert not (run / "world-a1-r0").exists()
+        result = torch.load(tmp_path / "el.pt", weights_only=False)
+        for epoch, ids in enumerate(result["epochs"]):
+            assert sorted(ids) == list(range(64)), f"epoch {epoch}: {sorted(ids)}"
+        assert f"the job went on without node(s) {victim}, and its work is done" in logs, logs[-4000:]
+        info_now = status(tmp_path, info["job_id"])
+        assert info_now["lost_nodes"] == [victim], info_now
+    finally:  # idempotent: nothing happens if it is running
+        if how == "kill-node":
+            subprocess.run([str(SLURM_LOCAL), "revive-node", victim], capture_output=True, timeout=180)
