@@ -114,7 +114,7 @@ class FSDPStrategy(Strategy):
             model = model.to(self.state.device)
         if plugin.sync_module_states:
             self._broadcast_from_rank0(model)
-        if self.device_mesh is not None and self.parallelism.tp_enabled:
+        if self.device_mesh is not None and self.parallelism.tp_enabled and not _already_parallel(model):
             from hpc.runtime.strategies import tensor_parallel
 
             model = tensor_parallel.apply(model, self.parallelism.submesh("tp"), self.tp_plan)
@@ -230,6 +230,14 @@ class FSDPStrategy(Strategy):
     def full_state_dict(self, model):
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(model, options=options)
+
+
+def _already_parallel(model) -> bool:
+    """transformers' from_pretrained(tp_plan="auto", device_mesh=accelerator.torch_device_mesh["tp"]) hands over a
+    model whose weights are DTensors already: its plan is applied, not applied twice."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
 
 
 def _clip_over_meshes(parameters: list, max_norm: float, norm_type: float) -> torch.Tensor:
