@@ -5,7 +5,7 @@
 SPEC keys: mesh ({"tp_size": 2, "dp_shard_size": 2, ...} for a ParallelismConfig; absent: DDP), global_batch (the
 same in every mesh: each data-parallel rank takes global_batch / dp), steps, out, project, save (save_state into
 this folder at the end), load (load_state from this folder first, then train no step), clip (clip the gradients'
-norm to this). Rank 0 writes to `out`: the losses (mean over the ranks), the whole weights (gathered), and every
+norm to this), pre_tp (the model is made tensor-parallel before prepare(), as transformers' from_pretrained does). Rank 0 writes to `out`: the losses (mean over the ranks), the whole weights (gathered), and every
 rank's count of parameter elements it holds.
 """
 
@@ -38,6 +38,13 @@ def main() -> None:
                                       num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
                                       max_position_embeddings=64)
     model = transformers.LlamaForCausalLM(config)
+    if spec.get("pre_tp"):  # as transformers' from_pretrained(tp_plan="auto", device_mesh=...) hands it over
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        from hpc.runtime.strategies.tensor_parallel import model_plan, resolve
+
+        tp = acc.torch_device_mesh["tp"]
+        parallelize_module(model, tp, resolve(model, model_plan(model), tp.size()))
     dp = acc.num_processes // ((mesh or {}).get("tp_size", 1))
     loader = torch.utils.data.DataLoader(Tokens(), batch_size=spec["global_batch"] // dp)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
