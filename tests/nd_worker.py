@@ -5,8 +5,9 @@
 SPEC keys: mesh ({"tp_size": 2, "dp_shard_size": 2, ...} for a ParallelismConfig; absent: DDP), global_batch (the
 same in every mesh: each data-parallel rank takes global_batch / dp), steps, out, project, save (save_state into
 this folder at the end), load (load_state from this folder first, then train no step), clip (clip the gradients'
-norm to this), pre_tp (the model is made tensor-parallel before prepare(), as transformers' from_pretrained does). Rank 0 writes to `out`: the losses (mean over the ranks), the whole weights (gathered), and every
-rank's count of parameter elements it holds.
+norm to this), pre_tp (the model is made tensor-parallel before prepare(), as transformers' from_pretrained
+does). Rank 0 writes to `out`: the losses (mean over the ranks), the whole weights (gathered), and every rank's
+count of parameter elements it holds.
 """
 
 import json
