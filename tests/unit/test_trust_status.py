@@ -440,3 +440,23 @@ def test_a_cancel_that_did_not_go_through_leaves_no_cancel_marker(tmp_path, no_c
     with pytest.raises(ControllerDown):
         down.cancel(job)
     assert not job.marked(layout.CANCELLED)  # the job runs on: when it ends, it is not taken for cancelled
+
+
+def test_when_every_process_that_noted_an_end_was_stopped_the_silent_one_is_blamed(tmp_path, no_cache):
+    """node2's processes were killed (its agent too, the node alive: no lost node); srun then stopped node1's agent
+    (143). The survivor is not the cause: the node that noted nothing is."""
+    job = ended_job(tmp_path, exit_code=143, launcher="torchrun", ends={("node1", 0): (143, 0.0)})
+    folder = Path(job.job_dir)
+    (folder / layout.RUNTIME_CONFIG).write_text(json.dumps({"launcher": "torchrun", "nodes": 2}))
+    state = slurm_says().states([job])[job.job_dir]["0"]
+    assert state.reason.startswith("torchrun's agent of node(s) 1 noted no end: failed first (killed, or the node "
+                                   "died); then torchrun's agent on node1 (node 0) was stopped (exit 143 = "
+                                   "128+SIGTERM)"), state.reason
+    srun = ended_job(tmp_path / "s", exit_code=143, ends={("node1", 0): (143, 0.0), ("node1", 1): (143, 0.0)})
+    (Path(srun.job_dir) / layout.RUNTIME_CONFIG).write_text(json.dumps({"launcher": "srun", "nodes": 2,
+                                                                        "nproc_per_node": 2}))
+    assert slurm_says().states([srun])[srun.job_dir]["0"].reason.startswith(
+        "rank(s) 2,3 noted no end: failed first")
+    # one that failed by itself is still the first failure
+    own = ended_job(tmp_path / "o", exit_code=1, ends={("node1", 0): (143, 0.2), ("node2", 1): (1, 0.0)})
+    assert slurm_says().states([own])[own.job_dir]["0"].reason.startswith("rank 1 on node2 failed first (exit 1)")

@@ -324,7 +324,9 @@ def describe_failure(first: ProcessEnd, ends: list[ProcessEnd], launcher: str | 
         return f"every process {'then ' if after else ''}ended with {code}"
     who = (f"torchrun's agent on {first.host} (node {first.rank})" if launcher == "torchrun"
            else f"rank {first.rank} on {first.host}")
-    return f"then {who} failed ({code})" if after else f"{who} failed first ({code})"
+    if after:
+        return f"then {who} {'was stopped' if first.exit_code in _STOPPED else 'failed'} ({code})"
+    return f"{who} failed first ({code})"
 
 
 def left_first(files, task: str, names: list[str], ends: list[ProcessEnd]) -> list[str]:
@@ -341,6 +343,31 @@ def left_first(files, task: str, names: list[str], ends: list[ProcessEnd]) -> li
     lines = (files.read(lost) or b"").decode(errors="replace").split()
     noted = {e.host for e in ends}
     return [n for n in lines[-1].split(",") if n and n not in noted] if lines else []
+
+
+def silent_first(files, ends: list[ProcessEnd]) -> list[str]:
+    """When every process that noted an end was stopped (srun's TERM after another failed), the one that failed
+    first noted nothing: killed outright (OOM killer, SIGKILL) or its node gone without being found lost. Those
+    missing from a fixed-size job's notes are named; the survivors are never blamed."""
+    if not ends or any(e.exit_code not in _STOPPED for e in ends):
+        return []
+    data = files.read(layout.RUNTIME_CONFIG)
+    try:
+        config = json.loads(data) if data else {}
+    except ValueError:
+        config = {}
+    launcher, nodes, per_node = config.get("launcher"), config.get("nodes"), config.get("nproc_per_node")
+    expected = None
+    if not config.get("elastic") and isinstance(nodes, int):
+        expected = nodes if launcher == "torchrun" else nodes * per_node if isinstance(per_node, int) else None
+    noted = {e.rank for e in ends}
+    missing = sorted(set(range(expected)) - noted) if expected else []
+    if not missing:
+        return ["a process that noted no end failed first (killed, or its node died): every one that noted an end "
+                "was stopped after it"]
+    shown = ",".join(map(str, missing))
+    who = f"torchrun's agent of node(s) {shown}" if launcher == "torchrun" else f"rank(s) {shown}"
+    return [f"{who} noted no end: failed first (killed, or the node died)"]
 
 
 def _code_words(code: int) -> str:
@@ -389,9 +416,12 @@ def explain(files, task: str, state: TaskState, names: list[str] | None = None) 
     ends = process_ends(files, task, names)
     first = first_failure(ends)
     left = left_first(files, task, names, ends)
+    silent = [] if left else silent_first(files, ends)
     if first is not None:
-        said.insert(0, describe_failure(first, ends, launcher_of(files), after=bool(left)))
+        said.insert(0, describe_failure(first, ends, launcher_of(files), after=bool(left or silent)))
         code = first.exit_code
+    if silent:  # every noted end was a stop: what failed first is among those that noted nothing
+        said.insert(0, silent[0])
     if left:  # the cause, before what the survivors did after it
         said.insert(0, f"node(s) {','.join(left)} left first: no process there noted an end (killed, or the node "
                        "died)")
