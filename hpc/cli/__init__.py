@@ -20,6 +20,8 @@ COMMANDS = {
     "logs": ("hpc.cli.jobs_cmd", "logs", "Print or follow (-f) a job's logs, by rank or all."),
     "cancel": ("hpc.cli.jobs_cmd", "cancel", "Cancel a job, array tasks included."),
     "wait": ("hpc.cli.jobs_cmd", "wait", "Block until a job ends; exit with its exit code."),
+    "report": ("hpc.cli.report_cmd", "report",
+               "What happened to a job: each attempt's times, steps redone, goodput (--json, --html page)."),
     "launch": ("hpc.cli.launch_cmd", "launch",
                "In a job: start a script with its rank and rendezvous (or --nproc N locally)."),
     "config": ("hpc.cli.config_cmd", "config",

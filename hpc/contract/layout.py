@@ -68,6 +68,7 @@ class TaskFile:
     STRAGGLERS = "stragglers"  # a JSON line per straggler named (rank, host, ratio, step)
     PROGRESS = "progress"  # "<attempt> <step or items>" a line per checkpoint or chunk committed (progress_guard)
     NOTIFIED = "notified"  # the notices already sent, a key each: each goes out once (hpc.runtime.notify)
+    TIMELINE = "timeline"  # what each attempt did and when, a JSON line per event (hpc.contract.timeline)
 
 
 class JobFolder:

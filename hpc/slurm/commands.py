@@ -155,6 +155,26 @@ class Slurm:
             return {}
         return parse_accounting(proc.stdout)
 
+    def attempts(self, ids: Sequence[str], source: str | None = None) -> dict[str, list[dict[str, str]]]:
+        """Every run of some jobs (plain ids, raw ids or ``A_T``), a requeued job's earlier attempts included
+        (``-D``; the jobcomp file has a row per run anyway): id -> rows of ATTEMPT_FIELDS in SLURM's order,
+        times in epoch seconds. ``source`` as for accounting_many; nothing known: {}."""
+        if source == "none" or not ids:
+            return {}
+        fields = ["-D", "-n", "-P", "-j", ",".join(ids), "-o", ",".join(ATTEMPT_FIELDS)]
+        proc = None
+        if source in (None, "dbd"):
+            proc = self.run([*EPOCH, "sacct", "-X", *fields])
+        if source == "jobcomp" or source is None and (proc.returncode != 0 or not proc.stdout.strip()):
+            proc = self.run([*EPOCH, "sacct", "-c", *fields])
+        if proc is None or proc.returncode != 0:
+            return {}
+        out: dict[str, list[dict[str, str]]] = {}
+        for row in parse_fields(proc.stdout, ATTEMPT_FIELDS):
+            for ident in dict.fromkeys((row["JobID"], row["JobIDRaw"])):
+                out.setdefault(ident, []).append(row)
+        return out
+
     def cancel(self, job_id: str, signal: str | None = None) -> None:
         argv = ["scancel"] + ([f"--signal={signal}", "--batch"] if signal else []) + [job_id]
         self._ok(argv)
@@ -384,6 +404,8 @@ QUEUE_FORMAT = "%i|%T|%A|%r"
 # times as epoch seconds: a laptop in another time zone than the cluster reads them right
 EPOCH = ["env", "SLURM_TIME_FORMAT=%s"]
 ACCOUNTING_FIELDS = "JobID,JobIDRaw,State,ExitCode,Start"
+# one row per run of a job (hpc report): a requeued job's attempts are rows of their own
+ATTEMPT_FIELDS = ("JobID", "JobIDRaw", "State", "Submit", "Start", "End", "NNodes", "NodeList")
 
 
 def _timestamp(start: str) -> float | None:

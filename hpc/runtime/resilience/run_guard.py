@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -29,7 +30,9 @@ from hpc.runtime.resilience import preemption
 from hpc.runtime.resilience.pace import Pace
 from hpc.runtime.resilience.stop_vote import StopVote
 from hpc.runtime.resilience.stragglers import Stragglers
+from hpc.runtime.resilience.timeline_writer import TimelineWriter
 from hpc.runtime.resilience.watchdog import HangWatchdog
+from hpc.runtime import trackers
 from hpc.runtime.settings import Resilience
 from hpc.runtime.training_state import TrainingState
 
@@ -60,6 +63,9 @@ class RunGuard:
         self.pace = Pace(options.lead_time_s, os.environ.get("HPC_JOB_DIR"), process.is_main_process)
         self.stragglers = Stragglers(process, options.straggler_threshold, options.straggler_action,
                                      options.max_requeues, enabled=options.in_job)
+        # rank 0's account of the attempt for `hpc report` (tasks/<task>.timeline): a few lines an attempt
+        self.timeline = TimelineWriter(options.in_job and process.is_main_process)
+        self.timeline.started(process.world_size, training.completed_steps)
         if options.in_job:  # inside an hpc job the warning signal starts ignored; from now on it is noted
             self.watch.install(term=False)
 
@@ -68,7 +74,7 @@ class RunGuard:
     # behind: the copy gets an idle watchdog, signal watch, pace and straggler check.
     def __getstate__(self) -> dict:
         return {**self.__dict__, "watchdog": None, "watch": None, "pace": None, "stop_vote": StopVote(False, None),
-                "stragglers": None}
+                "stragglers": None, "timeline": TimelineWriter(False)}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -82,6 +88,8 @@ class RunGuard:
         """backward(), accumulate(), a loader's pass, ...: the last before a collective ends a step's own part."""
         self.stragglers.work()
         self._resume_if_due()
+        if self.training.models or self.training.optimizers:  # the loop's first work: training time from here
+            self.timeline.training(self.training.completed_steps)
 
     def _resume_if_due(self) -> None:
         # not before prepare() has the model or optimizer: main_process_first() around dataset loading waits for
@@ -107,6 +115,7 @@ class RunGuard:
         """One optimizer step (an accumulation window) has ended (TrainingState counted it)."""
         self.stop_vote.cast(self.watch.local_code())
         self.pace.step_done()
+        self.timeline.step_done(self.training.completed_steps)
         why = self.stragglers.step_done(self.training.completed_steps)  # every rank alike: no vote needed
         if why and not self.stop_code:  # the loop's next should_stop stops it as the warning signal does
             self.stop_code, self.stop_reason = preemption.REQUEUE, why
@@ -134,8 +143,13 @@ class RunGuard:
         folder = self.checkpoints.folder_named(output_dir) if named else self.checkpoints.step_folder()
         if named:
             self._note_script_checkpoint(folder)
+        started = time.monotonic()
         with self.paused("save"), contextlib.nullcontext() if async_save else self.pace.saving():
-            return self.checkpoints.save(folder, async_save=async_save, purge=not named)
+            saved = self.checkpoints.save(folder, async_save=async_save, purge=not named)
+        # what the save held the loop for (an async save: until it returned), for the report's checkpoint stalls
+        self.timeline.note("save", step=self.training.completed_steps, stall_s=round(time.monotonic() - started, 4),
+                           **{"async": bool(async_save)})
+        return saved
 
     def wait_for_checkpoint(self) -> None:
         if self.checkpoints.started:  # a pause ends in a beat: none before anything was saved
@@ -156,7 +170,12 @@ class RunGuard:
     def resume(self) -> ResumeInfo | None:
         self.resume_pending = False
         folder = self.checkpoints.checkpointer.choose(None)
-        return self._restore(folder, mid_epoch=True) if folder is not None else None
+        if folder is None:
+            return None
+        started = time.monotonic()
+        info = self._restore(folder, mid_epoch=True)
+        self.timeline.note("resumed", step=self.training.completed_steps, load_s=round(time.monotonic() - started, 3))
+        return info
 
     def _restore(self, folder: Path, mid_epoch: bool) -> ResumeInfo:
         self.checkpoints.run_load_hooks(folder)
@@ -184,6 +203,7 @@ class RunGuard:
             # after our own requeue) change nothing
             self.stop_reason = self.watch.received if self.watch.code == code else (
                 "TERM on another rank" if code == preemption.STOP else "warning signal on another rank")
+            self.timeline.signal(self.stop_reason or "stop")
         self.stop_code = max(self.stop_code, code)
         return self.stop_code > 0
 
@@ -228,6 +248,10 @@ class RunGuard:
                                                     self.stop_reason)
             saved = f"saved {folder}" if folder is not None else "nothing saved"
             preemption.log(f"stop requested ({self.stop_reason}): {saved}; {said}")
+            self.timeline.note("stopped", step=self.training.completed_steps, why=self.stop_reason,
+                               requeued=requeued)
+            self._report_goodput()
+            self._stop_noted = True  # finish() ends training: that end is this stop's, noted already
         requeued = self.process.broadcast_flag(requeued)
         self.finish()
         sys.exit(0 if requeued else 128 + (signal.SIGTERM if self.stop_code == preemption.STOP
@@ -238,6 +262,22 @@ class RunGuard:
         self.watchdog.stop()
         self.wait_for_checkpoint()
         self.stop_vote.finish()
+        if self.timeline.on and not getattr(self, "_stop_noted", False):
+            self.timeline.note("finished", step=self.training.completed_steps)
+            self._report_goodput()
+
+    def _report_goodput(self) -> None:
+        """Rank 0, at the end of an attempt: the goodput so far and the steps redone, to the trackers and the log."""
+        try:
+            summary = self.timeline.summary()
+            if summary is None or summary["goodput"] is None:
+                return
+            trackers.log_to_running({"hpc/goodput": summary["goodput"], "hpc/redone_steps": summary["redone_steps"]},
+                                    self.training.completed_steps)
+            preemption.log(f"goodput so far {summary['goodput']:.1%} of {summary['allocated_node_s']:.0f} "
+                           f"node-seconds; {summary['redone_steps']} step(s) redone after resumes")
+        except Exception as e:  # noqa: BLE001 - a report must never fail the run
+            preemption.log(f"goodput: not reported: {type(e).__name__}: {e}")
 
     # --- hangs --------------------------------------------------------------------------------------
     def _make_watchdog(self, timeout_s: float) -> HangWatchdog:
@@ -249,6 +289,7 @@ class RunGuard:
                             before_exit=self._after_hang, excused=None if main else notices.peer_saving)
 
     def _after_hang(self, summary: str) -> None:
+        self.timeline.note("hang", step=self.training.completed_steps, idle_s=self.options.hang_timeout_s)
         # any rank may ask (the job script's request file is one); scontrol for a function only from the rank
         # that wrote the verdict: rank 0 may be the frozen one
         if self.options.hang_requeue and (preemption.job_script_requeues() or self.watchdog.wrote_summary or (

@@ -1,0 +1,200 @@
+"""`hpc report`: what happened to a job, attempt by attempt, and where its allocation went (goodput).
+
+Three sources, each read where the job is (over SSH for a remote cluster, through the backend): the scheduler's
+runs of each task (`sacct -D`: submit, start, end, nodes of every attempt, a requeued job's included), the
+timeline rank 0 wrote (tasks/<task>.timeline: training, saves, the stop), and the vetting reports' times. The
+arithmetic is hpc/contract/goodput.py's, shared with the job's own end-of-attempt metrics. A job still running
+is reported up to now. Torch-free.
+"""
+
+from __future__ import annotations
+
+import time
+
+from hpc.contract import goodput, layout, timeline
+from hpc.slurm import hostlist
+
+VERSION = 1  # of the JSON's shape: keys are only ever added
+
+
+def _float(value: str) -> float | None:
+    try:
+        return float(value) if value and value not in ("Unknown", "None") else None
+    except ValueError:
+        return None
+
+
+def allocations(rows: list[dict[str, str]], since: float | None) -> list[goodput.Allocation]:
+    """sacct's rows of one task -> its runs, oldest first. RESIZING rows (spares given back) are the same run as
+    the row after them; rows from before the submission (an older job with the same id) and runs that never
+    started are left out."""
+    out = []
+    for row in rows:
+        start = _float(row.get("Start", ""))
+        if start is None or row.get("State", "").startswith("RESIZING"):
+            continue
+        if since is not None and start < since - 5:
+            continue
+        try:
+            hosts = hostlist.expand(row["NodeList"]) if row.get("NodeList") not in (None, "", "None assigned") else []
+        except Exception:  # noqa: BLE001 - a host list we cannot read only costs the rows' names
+            hosts = []
+        nodes = int(row["NNodes"]) if row.get("NNodes", "").isdigit() else max(1, len(hosts))
+        end = _float(row.get("End", ""))
+        state = row.get("State", "").split()[0] if row.get("State") else ""
+        out.append(goodput.Allocation(start, None if state == "RUNNING" else end, nodes, hosts,
+                                      _float(row.get("Submit", "")), state))
+    out.sort(key=lambda a: a.start)
+    return out
+
+
+def vetting_times(files, task: str) -> dict[int, float]:
+    """attempt -> when its last node's vetting report was written (vetting/<task>/<attempt>/<node>.json)."""
+    out: dict[int, float] = {}
+    mtime = getattr(files, "mtime", None)
+    if mtime is None:
+        return out
+    base = f"{layout.VETTING}/{task}"
+    for attempt in files.list(base):
+        if not attempt.isdigit():
+            continue
+        times = [t for t in (mtime(f"{base}/{attempt}/{n}") for n in files.list(f"{base}/{attempt}")
+                             if n.endswith(".json")) if t is not None]
+        if times:
+            out[int(attempt)] = max(times)
+    return out
+
+
+def _raw_ids(files, record) -> dict[str, str]:
+    # the jobcomp file knows an array's tasks by their raw ids only; each attempt's batch script wrote its own
+    texts = files.read_all(layout.TASKS, f".{layout.TaskFile.JOBID}")
+    return {t: text.split()[0] for t, text in texts.items() if text.split()}
+
+
+def collect(record, backend=None, now: float | None = None) -> dict:
+    """The report of a job as a dict (the JSON `hpc report --json` prints)."""
+    from hpc.cluster import backends, status
+
+    backend = backend or backends.for_record(record)
+    files = backend.files(record)
+    now = time.time() if now is None else now
+    states = status.states(record)
+    rows: dict[str, list[dict[str, str]]] = {}
+    slurm = getattr(backend, "slurm", None)
+    ids: dict[str, str] = {}
+    if slurm is not None:
+        source = backend._accounting_source()
+        if record.array is None:
+            ids = {"0": record.job_id}
+        elif source == "dbd":
+            ids = {t: f"{record.job_id}_{t}" for t in record.tasks}
+        else:
+            ids = _raw_ids(files, record)
+        if ids:
+            rows = slurm.attempts(sorted(set(ids.values())), source)
+    since = record.local.get("submitted_on_cluster", record.submitted_at)
+    tasks = []
+    for task in record.tasks:
+        state = states.get(task)
+        running = state is not None and state.state == "RUNNING"
+        events = timeline.read(record.job_dir, task, files)
+        allocs = allocations(rows.get(ids.get(task, ""), []), since)
+        attempts = goodput.build(events, allocs, now=now if running else None, vetted=vetting_times(files, task),
+                                 submitted_at=since)
+        if not attempts and state is not None and not state.done:
+            tasks.append({"task": task, "state": state.state, "attempts": [], "totals": goodput.totals([])})
+            continue
+        tasks.append({"task": task, "state": state.state if state else "UNKNOWN",
+                      "attempts": [attempt_dict(a) for a in attempts], "totals": goodput.totals(attempts)})
+    overall, code, _ = status.summarize(states)
+    return {"version": VERSION, "job_id": record.job_id, "name": record.name, "profile": record.profile,
+            "state": overall, "exit_code": code, "job_dir": record.job_dir, "submitted_at": since,
+            "reported_at": now, "tasks": tasks, "totals": summed([t["totals"] for t in tasks])}
+
+
+def attempt_dict(a: goodput.Attempt) -> dict:
+    phases, node_s = a.phase_seconds(), a.phase_node_seconds()
+    return {
+        "attempt": a.number, "state": a.state, "running": a.running, "reason": a.reason,
+        "nodes": a.nodes, "used_nodes": a.used_nodes, "hosts": a.hosts,
+        "submitted_at": a.submitted_at, "queued_s": a.queued_s, "start": a.start, "end": a.end, "seconds": a.seconds,
+        "vetted_at": a.vetted_at, "training_at": a.training_at, "first_step_at": a.first_step_at,
+        "signal_at": a.signal_at, "signal": a.signal, "stopped_at": a.stopped_at, "last_at": a.last_at,
+        "saves": a.saves, "hangs": a.hangs,
+        "resumed_from": a.resumed_from, "step_from": a.step_from, "step_to": a.step_to,
+        "steps_trained": a.steps_trained, "redone_steps": a.redone_steps,
+        "phases_s": phases, "node_s": node_s,
+        "allocated_node_s": a.allocated_node_s, "productive_node_s": a.productive_node_s,
+        "goodput": a.productive_node_s / a.allocated_node_s if a.allocated_node_s > 0 else None,
+        "segments": [{"phase": n, "t0": t0, "t1": t1} for n, t0, t1 in a.segments],
+    }
+
+
+def summed(parts: list[dict]) -> dict:
+    """Tasks' totals summed: an array's or a sweep's whole cost."""
+    node_s = dict.fromkeys((*goodput.PHASES, goodput.IDLE_SPARES), 0.0)
+    for p in parts:
+        for k, v in p["node_s"].items():
+            node_s[k] += v
+    allocated = sum(p["allocated_node_s"] for p in parts)
+    return {"attempts": sum(p["attempts"] for p in parts), "allocated_node_s": allocated,
+            "productive_node_s": node_s["training"],
+            "goodput": node_s["training"] / allocated if allocated > 0 else None, "node_s": node_s,
+            "queued_s": sum(p["queued_s"] for p in parts), "steps_trained": sum(p["steps_trained"] for p in parts),
+            "redone_steps": sum(p["redone_steps"] for p in parts)}
+
+
+# --- text -------------------------------------------------------------------------------------------------
+def _clock(t: float | None) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t)) if t is not None else "-"
+
+
+def _rel(t: float | None, start: float) -> str:
+    return f"+{t - start:.1f}s" if t is not None else "-"
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f}%" if whole > 0 else "-"
+
+
+def text(report: dict) -> str:
+    lines = [f"job {report['job_id']} ({report['name']}, {report['profile']}): {report['state']}"]
+    many = len(report["tasks"]) > 1
+    for t in report["tasks"]:
+        indent = "  " if many else ""
+        if many:
+            lines.append(f"task {t['task']}: {t['state']}")
+        if not t["attempts"]:
+            lines.append(f"{indent}no attempt has started yet")
+        for a in t["attempts"]:
+            s = a["start"]
+            hosts = hostlist.compress(a["hosts"]) if a["hosts"] else f"{a['nodes']} node(s)"
+            queued = f", queued {a['queued_s']:.0f} s" if a["queued_s"] is not None else ""
+            lines.append(f"{indent}attempt {a['attempt']}: {hosts} ({a['nodes']} node(s)){queued}; "
+                         f"{_clock(s)} to {_clock(a['end'])} ({a['seconds']:.0f} s): {a['reason']}")
+            marks = [f"vetted {_rel(a['vetted_at'], s)}" if a["vetted_at"] else None,
+                     f"training {_rel(a['training_at'], s)}" if a["training_at"] else None,
+                     f"first step {_rel(a['first_step_at'], s)}" if a["first_step_at"] else None,
+                     f"{a['signal']} {_rel(a['signal_at'], s)}" if a["signal_at"] else None,
+                     f"run ended {_rel(a['stopped_at'], s)}" if a["stopped_at"] else None]
+            if any(marks):
+                lines.append(f"{indent}  " + ", ".join(m for m in marks if m))
+            if a["saves"]:
+                stall = sum(x["stall_s"] for x in a["saves"])
+                each = ", ".join(f"step {x['step']} {_rel(x['t'], s)} ({x['stall_s']:.2f} s)" for x in a["saves"][:6])
+                more = f", ... {len(a['saves']) - 6} more" if len(a["saves"]) > 6 else ""
+                lines.append(f"{indent}  {len(a['saves'])} save(s), {stall:.2f} s stalled: {each}{more}")
+            resumed = f" (resumed from {a['resumed_from']})" if a["resumed_from"] is not None else ""
+            lines.append(f"{indent}  steps {a['step_from']} to {a['step_to']}{resumed}: {a['steps_trained']} trained, "
+                         f"{a['redone_steps']} redone later; goodput "
+                         f"{_pct(a['productive_node_s'], a['allocated_node_s'])}")
+    tot = report["totals"]
+    alloc = tot["allocated_node_s"]
+    lines.append(f"{'all tasks' if many else 'total'}: {tot['attempts']} attempt(s), {alloc:.0f} node-seconds "
+                 f"allocated, {tot['productive_node_s']:.0f} productive: goodput {_pct(tot['productive_node_s'], alloc)}; "
+                 f"{tot['steps_trained']} steps trained, {tot['redone_steps']} redone")
+    rest = [f"{name} {ns:.0f} ({_pct(ns, alloc)})" for name, ns in tot["node_s"].items() if name != "training" and ns >= 0.5]
+    if rest:
+        lines.append("  the rest (node-seconds): " + ", ".join(rest))
+    lines.append(f"  queued {tot['queued_s']:.0f} s in all (before and between attempts; not allocated)")
+    return "\n".join(lines) + "\n"

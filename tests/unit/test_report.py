@@ -1,0 +1,138 @@
+"""`hpc report`'s arithmetic on recorded files: a timeline of two attempts (the first preempted without grace time,
+the second resumed from its step-20 checkpoint) laid over sacct's rows of the same job. The parts must add up to
+the allocation, the steps trained after the resumed-from checkpoint are redone, and the page draws both attempts."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from hpc.cluster import report, report_html
+from hpc.contract import goodput, timeline
+from hpc.slurm.commands import ATTEMPT_FIELDS, parse_fields
+
+# `SLURM_TIME_FORMAT=%s sacct -c -D -n -P -o JobID,JobIDRaw,State,Submit,Start,End,NNodes,NodeList` on slurm-local
+# for a job preempted once (the requeued run's row says PENDING in the jobcomp file); a RESIZING row is skipped
+SACCT = """\
+7|7|PENDING|990|1000|1100|2|node[1-2]
+7|7|RESIZING|1120|1120|1120|2|node[1-2]
+7|7|COMPLETED|1120|1120|1200|2|node[1-2]
+"""
+
+
+def _line(t, attempt, event, **fields):
+    return json.dumps({"t": t, "attempt": attempt, "event": event, **fields}) + "\n"
+
+
+TIMELINE = "".join([
+    _line(1006.0, 0, "started", batch_start=1000.5, nodes=2, world=2, step=0),
+    _line(1010.0, 0, "training", step=0),
+    _line(1011.0, 0, "progress", step=1),
+    _line(1040.0, 0, "save", step=20, stall_s=1.5, **{"async": False}),
+    _line(1060.0, 0, "progress", step=40),  # then SLURM killed it (GraceTime=0): no stop line
+    _line(1126.0, 1, "started", batch_start=1120.2, nodes=2, world=2, step=0),
+    _line(1129.0, 1, "resumed", step=20, load_s=0.8),
+    _line(1130.0, 1, "training", step=20),
+    _line(1131.0, 1, "progress", step=21),
+    _line(1180.0, 1, "save", step=60, stall_s=2.0, **{"async": False}),
+    _line(1190.0, 1, "finished", step=60),
+    '{"t": 1195, "attempt": 1, "ev',  # a torn last line (a crash mid-write) is skipped
+])
+
+
+@pytest.fixture
+def attempts():
+    rows = parse_fields(SACCT, ATTEMPT_FIELDS)
+    allocs = report.allocations(rows, since=985.0)
+    return goodput.build(timeline.parse(TIMELINE), allocs, vetted={0: 1004.0}, submitted_at=990.0)
+
+
+def test_two_attempts_their_parts_add_up_to_the_allocation(attempts):
+    assert [a.number for a in attempts] == [0, 1]
+    for a in attempts:
+        assert sum(a.phase_node_seconds().values()) == pytest.approx(a.allocated_node_s, abs=1e-6)
+        assert a.segments[0][1] == a.start and a.segments[-1][2] == a.end  # the phases cover the span
+        assert all(s[2] == n[1] for s, n in zip(a.segments, a.segments[1:]))  # with no gap and no overlap
+    first, second = attempts
+    assert (first.allocated_node_s, second.allocated_node_s) == (200.0, 160.0)
+    assert first.queued_s == 10.0 and second.queued_s == 20.0
+    phases = first.phase_seconds()
+    assert phases["vetting"] == 4.0 and phases["startup"] == 6.0
+    assert phases["checkpoint"] == 1.5
+    assert phases["training"] == pytest.approx(1038.5 - 1010.0)  # up to the step-20 save, its stall excluded
+    assert phases["redone"] == 20.0  # from that save's commit to the last step recorded
+    assert phases["stopping"] == 40.0  # the kill, KillWait, the requeue
+    assert first.redone_steps == 20 and first.steps_trained == 40
+    assert second.resumed_from == 20 and second.steps_trained == 40 and second.redone_steps == 0
+    assert second.phase_seconds()["redone"] == 0
+
+
+def test_goodput_below_one_and_the_totals_sum(attempts):
+    tot = goodput.totals(attempts)
+    assert tot["allocated_node_s"] == 360.0
+    assert sum(tot["node_s"].values()) == pytest.approx(360.0)
+    assert 0 < tot["goodput"] < 1
+    assert tot["goodput"] == pytest.approx(tot["node_s"]["training"] / 360.0)
+    assert tot["redone_steps"] == 20 and tot["steps_trained"] == 80 and tot["queued_s"] == 30.0
+
+
+def test_reasons_say_how_each_attempt_ended(attempts):
+    assert "killed after step 40" in attempts[0].reason and "requeued" in attempts[0].reason
+    assert attempts[1].reason.startswith("work done")
+
+
+def test_an_attempt_without_a_timeline_is_unrecorded_and_still_adds_up():
+    allocs = report.allocations(parse_fields(SACCT, ATTEMPT_FIELDS), since=None)
+    attempts = goodput.build([], allocs)
+    assert [a.phase_seconds()["unrecorded"] for a in attempts] == [100.0, 80.0]
+    assert goodput.totals(attempts)["goodput"] == 0
+
+
+def test_a_running_attempt_is_reported_up_to_now_from_its_own_events():
+    events = timeline.parse(TIMELINE)
+    attempts = goodput.build(events, now=1200.0)
+    assert attempts[-1].running and attempts[-1].end == 1200.0
+    assert attempts[0].start == 1000.5  # the batch script's start, from the jobid file's time
+    assert attempts[0].redone_steps == 20
+
+
+def _report(attempts) -> dict:
+    tot = goodput.totals(attempts)
+    return {"version": report.VERSION, "job_id": "7", "name": "tr<a>in", "profile": "slurm-local",
+            "state": "COMPLETED", "exit_code": 0, "job_dir": "/x", "submitted_at": 990.0, "reported_at": 1300.0,
+            "tasks": [{"task": "0", "state": "COMPLETED", "attempts": [report.attempt_dict(a) for a in attempts],
+                       "totals": tot}], "totals": report.summed([tot])}
+
+
+def test_the_json_is_plain_data_with_its_documented_keys(attempts):
+    data = json.loads(json.dumps(_report(attempts)))
+    a = data["tasks"][0]["attempts"][0]
+    for key in ("attempt", "queued_s", "start", "end", "vetted_at", "training_at", "first_step_at", "saves",
+                "signal_at", "stopped_at", "steps_trained", "redone_steps", "reason", "node_s", "goodput", "segments"):
+        assert key in a, key
+    assert data["totals"]["redone_steps"] == 20
+
+
+def test_the_text_names_both_attempts_the_redone_steps_and_the_goodput(attempts):
+    out = report.text(_report(attempts))
+    assert "attempt 0: node[1-2]" in out and "attempt 1: node[1-2]" in out
+    assert "20 redone later" in out and "goodput" in out
+    assert re.search(r"the rest \(node-seconds\): .*redone 40", out), out
+
+
+def test_the_page_draws_a_row_per_attempt_and_node_and_escapes_what_the_job_wrote(attempts):
+    page = report_html.page(_report(attempts))
+    assert page.count("attempt 0 node") == 2 and page.count("attempt 1 node") == 2
+    assert "tr&lt;a&gt;in" in page and "tr<a>in" not in page
+    assert 'class="phase-redone"' in page and 'class="mark-save"' in page
+    assert "<script" not in page and "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_report_loads_no_torch():
+    """The login side never imports torch: `hpc report` neither (its page included)."""
+    code = ("import sys; from hpc.cli import cli; import hpc.cluster.report, hpc.cluster.report_html\n"
+            "try: cli.main(['report', '--help'], standalone_mode=False)\nexcept SystemExit: pass\n"
+            "assert 'torch' not in sys.modules, 'torch loaded'")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
