@@ -191,9 +191,11 @@ def text(report: dict) -> str:
     tot = report["totals"]
     alloc = tot["allocated_node_s"]
     lines.append(f"{'all tasks' if many else 'total'}: {tot['attempts']} attempt(s), {alloc:.0f} node-seconds "
-                 f"allocated, {tot['productive_node_s']:.0f} productive: goodput {_pct(tot['productive_node_s'], alloc)}; "
+                 f"allocated, {tot['productive_node_s']:.0f} productive: "
+                 f"goodput {_pct(tot['productive_node_s'], alloc)}; "
                  f"{tot['steps_trained']} steps trained, {tot['redone_steps']} redone")
-    rest = [f"{name} {ns:.0f} ({_pct(ns, alloc)})" for name, ns in tot["node_s"].items() if name != "training" and ns >= 0.5]
+    rest = [f"{name} {ns:.0f} ({_pct(ns, alloc)})" for name, ns in tot["node_s"].items()
+            if name != "training" and ns >= 0.5]
     if rest:
         lines.append("  the rest (node-seconds): " + ", ".join(rest))
     lines.append(f"  queued {tot['queued_s']:.0f} s in all (before and between attempts; not allocated)")

@@ -35,7 +35,8 @@ def _rows(report: dict) -> list[tuple[str, dict, dict, str]]:
             hosts = a["hosts"] or [f"node {i + 1}" for i in range(a["nodes"])]
             for i, host in enumerate(hosts):
                 spare = i >= a["used_nodes"]
-                label = f"{'task ' + t['task'] + ' ' if many else ''}attempt {a['attempt']} {host}{' (spare)' if spare else ''}"
+                label = (f"{'task ' + t['task'] + ' ' if many else ''}attempt {a['attempt']} {host}"
+                         f"{' (spare)' if spare else ''}")
                 rows.append((label, t, a, "spare" if spare else host))
     return rows
 
@@ -106,7 +107,8 @@ def svg(report: dict) -> str:
         out.append(f'<rect x="{xl:.0f}" y="{y - 9}" width="10" height="10" fill="{fill}" stroke="#999" '
                    f'stroke-width="0.5"/><text x="{xl + 13:.0f}" y="{y}">{phase}</text>')
         xl += 16 + 7 * len(phase) + 8
-    out.append(f'<path d="M{xl:.0f} {y - 9} l-3 0 l3 5 l3 -5 z" fill="#7a4f00"/><text x="{xl + 6:.0f}" y="{y}">save</text>')
+    out.append(f'<path d="M{xl:.0f} {y - 9} l-3 0 l3 5 l3 -5 z" fill="#7a4f00"/>'
+               f'<text x="{xl + 6:.0f}" y="{y}">save</text>')
     xl += 42
     out.append(f'<line x1="{xl:.0f}" y1="{y - 10}" x2="{xl:.0f}" y2="{y + 1}" stroke="#b00020" stroke-width="2"/>'
                f'<text x="{xl + 4:.0f}" y="{y}">stop signal</text><text x="{xl + 80:.0f}" y="{y}" fill="#b00020">'

@@ -32,7 +32,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from hpc.contract import checks, layout, runtime_config
+from hpc.contract import checks, goodput, layout, runtime_config, timeline
 from hpc.contract.atomic import append_whole
 from hpc.errors import HpcError
 from hpc.runtime.resilience import preemption
@@ -94,9 +94,25 @@ def facts(event: str, text: str) -> dict:
     host, run = socket.gethostname(), attempt()
     parts = ([f"job {job_id}"] if job_id else []) + [f"task {task}"] + ([f"restart {run}"] if run else [])
     label = f"{name or 'job'} ({', '.join(parts)})"
+    cost = _goodput(job_dir, task) if event == "completed" and job_dir else None
+    if cost is not None:
+        text = f"{text}; " if text else ""
+        text += (f"goodput {cost['goodput']:.0%} of {cost['allocated_node_s']:.0f} node-seconds over "
+                 f"{cost['attempts']} attempt(s), {cost['redone_steps']} step(s) redone")
     line = f"hpc: {label} on {host}: {event.replace('_', ' ')}" + (f": {text}" if text else "")
+    extra = {"goodput": round(cost["goodput"], 4), "redone_steps": cost["redone_steps"]} if cost else {}
     return {"text": _shortened(line), "event": event, "job_id": job_id, "job_name": name, "task": task,
-            "attempt": run, "host": host, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "attempt": run, "host": host, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra}
+
+
+def _goodput(job_dir: str, task: str) -> dict | None:
+    """The completed task's goodput as the job saw it (its timeline; the allocation up to now), for the notice."""
+    try:
+        attempts = goodput.build(timeline.read(job_dir, task), now=time.time())
+        totals = goodput.totals(attempts)
+    except Exception:  # noqa: BLE001 - a notice goes out without its cost rather than not at all
+        return None
+    return totals if attempts and totals["goodput"] is not None else None
 
 
 # --- delivery ------------------------------------------------------------------------------------------

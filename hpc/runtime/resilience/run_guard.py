@@ -22,6 +22,7 @@ from typing import Callable
 
 from hpc.contract import layout
 from hpc.errors import HpcError
+from hpc.runtime import trackers
 from hpc.runtime.checkpoint import notices
 from hpc.runtime.checkpoint import script_resume as script_checkpoints
 from hpc.runtime.checkpoint.training_checkpoints import ResumeInfo, TrainingCheckpoints
@@ -32,7 +33,6 @@ from hpc.runtime.resilience.stop_vote import StopVote
 from hpc.runtime.resilience.stragglers import Stragglers
 from hpc.runtime.resilience.timeline_writer import TimelineWriter
 from hpc.runtime.resilience.watchdog import HangWatchdog
-from hpc.runtime import trackers
 from hpc.runtime.settings import Resilience
 from hpc.runtime.training_state import TrainingState
 
