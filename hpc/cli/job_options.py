@@ -61,6 +61,10 @@ _FLAGS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
       "help": "End (or with hang_requeue, requeue) a job whose ranks make no step for this long; 0: off [300]."}),
     (("--spare-nodes",), "spare_nodes",
      {"type": int, "metavar": "K", "help": "Allocate K nodes more; the job starts on the best of them after vetting."}),
+    (("--min-nodes",), "min_nodes",
+     {"type": int, "metavar": "MIN",
+      "help": "A requeue that cannot get --nodes fit nodes (bad or lost ones excluded) runs on down to MIN nodes, "
+              "resuming exactly, instead of ending FAILED."}),
     (("--notify",), "notify",
      {"metavar": "URL|EMAIL", "help": "Webhook or email told when the job starts, requeues, loses a node, ends."}),
     (("--module", "-m"), "module", {"help": "Run a Python module (python -m MODULE) instead of a script."}),

@@ -24,6 +24,14 @@ def positive(value: int) -> int:
     return value
 
 
+def min_nodes(value: int) -> int:
+    """The fewest nodes a requeued job may run on (checked against its `nodes` once precedence knows them)."""
+    if value < 1:
+        raise HpcError("must be at least 1 (the fewest nodes a requeue may run the job on)",
+                       fix="give 1 up to the job's nodes, or drop min_nodes")
+    return value
+
+
 def non_negative(value: int) -> int:
     if value < 0:
         raise HpcError("must not be negative", fix="give 0 or more")

@@ -26,7 +26,7 @@ def sizes(env: dict) -> dict[str, int] | None:
     return out
 
 
-def check(env: dict, nodes: int, per_node: int, elastic: str | None) -> None:
+def check(env: dict, nodes: int, per_node: int, elastic: str | None, min_nodes: int | None = None) -> None:
     """One line when the mesh cannot be laid over the job: sizes whose product is not its ranks, tensor and
     context parallelism (tp x cp, the innermost dimensions) that do not fit in one node's processes."""
     mesh = sizes(env)
@@ -36,6 +36,10 @@ def check(env: dict, nodes: int, per_node: int, elastic: str | None) -> None:
     if elastic:
         raise HpcError(f"ParallelismConfig {shown} with elastic {elastic}: a mesh has a fixed number of ranks",
                        fix="drop --elastic, or the ParallelismConfig sizes")
+    if min_nodes:
+        raise HpcError(f"ParallelismConfig {shown} with min_nodes {min_nodes}: a mesh has a fixed number of ranks, "
+                       "and a requeue may run the job on fewer nodes",
+                       fix="drop --min-nodes, or the ParallelismConfig sizes")
     world, total = nodes * per_node, mesh["dp_replicate"] * mesh["dp_shard"] * mesh["cp"] * mesh["tp"]
     if total != world:
         raise HpcError(f"ParallelismConfig {shown} needs {total} processes; the job has {world} ({nodes} node(s) x "

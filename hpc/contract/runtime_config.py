@@ -35,6 +35,8 @@ class RuntimeConfig(TrainingSettings):
     vetting: Vetting = field(default_factory=Vetting)
     health_check: list[str] = field(default_factory=list)
     spare_nodes: int = 0
+    # the fewest nodes a requeue may run the job on (None: exactly `nodes`); an attempt's own count is SLURM's
+    min_nodes: int | None = None
     # only where the scheduler sends the warning signal ahead of a time limit is the lead time worth checking
     warns_before_limit: bool = False
     mixed_precision: str | None = None
@@ -59,7 +61,8 @@ def from_effective(effective, warns_before_limit: bool) -> RuntimeConfig:
         profile=profile.name, scheduler=profile.scheduler, job_name=job.job_name, launcher=job.launcher,
         nodes=job.nodes, nproc_per_node=job.nproc_per_node, elastic=job.elastic, max_restarts=job.max_restarts,
         preemption=profile.preemption, vetting=profile.vetting, health_check=profile.health_check,
-        spare_nodes=job.spare_nodes, warns_before_limit=warns_before_limit, mixed_precision=job.mixed_precision,
+        spare_nodes=job.spare_nodes, min_nodes=job.fewer_nodes, warns_before_limit=warns_before_limit,
+        mixed_precision=job.mixed_precision,
         gradient_accumulation_steps=job.gradient_accumulation_steps, network_interface=profile.network_interface,
         **training_values(job))
 

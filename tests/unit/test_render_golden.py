@@ -51,6 +51,12 @@ CASES = {
                                                      "vet": True, "notify": "https://hooks.example.com/T0/xyz"}),
     "slurm-local-deepspeed-vetted": ("slurm-local", {"script": "train.py", "launcher": "deepspeed", "nodes": 2,
                                                     "vet": True}),
+    # min_nodes: a requeue that cannot get 3 fit nodes runs on 1 to 3, each attempt on the nodes SLURM gave it
+    "slurm-local-srun-min-nodes": ("slurm-local", {"script": "train.py", "nodes": 3, "min_nodes": 1}),
+    "slurm-local-torchrun-vetted-min-nodes": ("slurm-local", {"script": "train.py", "launcher": "torchrun",
+                                                             "nodes": 3, "min_nodes": 2, "vet": True}),
+    "slurm-local-deepspeed-min-nodes": ("slurm-local", {"script": "train.py", "launcher": "deepspeed", "nodes": 2,
+                                                       "min_nodes": 1}),
     "local-resume-args": ("local", {"script": "train.py", "nproc_per_node": 2,
                                    "resume_args": ["--resume_from_checkpoint", "{checkpoint}"]}),
 }

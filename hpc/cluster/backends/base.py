@@ -358,7 +358,8 @@ def silent_first(files, ends: list[ProcessEnd]) -> list[str]:
         config = {}
     launcher, nodes, per_node = config.get("launcher"), config.get("nodes"), config.get("nproc_per_node")
     expected = None
-    if not config.get("elastic") and isinstance(nodes, int):
+    # an elastic job's or a min_nodes job's attempt may run on fewer nodes than it asked for: no count to hold
+    if not config.get("elastic") and not config.get("min_nodes") and isinstance(nodes, int):
         expected = nodes if launcher == "torchrun" else nodes * per_node if isinstance(per_node, int) else None
     noted = {e.rank for e in ends}
     missing = sorted(set(range(expected)) - noted) if expected else []

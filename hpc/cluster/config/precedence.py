@@ -208,6 +208,23 @@ def _derive(job: JobSpec, profile: ClusterProfile, sources: dict[str, str]) -> t
     return (dataclasses.replace(job, **changes) if changes else job), derived
 
 
+def _check_min_nodes(job: JobSpec, fail) -> None:
+    """min_nodes: 1..nodes, and nothing else deciding how many nodes the job runs on."""
+    if job.min_nodes > job.nodes:
+        fail("min_nodes", f"exceeds the job's {job.nodes} node(s)", f"give 1 to {job.nodes}, or drop min_nodes")
+    if job.fewer_nodes is None:
+        return  # min_nodes = nodes: the job runs on exactly its nodes, as without it
+    if job.elastic:
+        fail("min_nodes", f"cannot be combined with --elastic {job.elastic}, which has its own MIN",
+             "drop min_nodes (an elastic job goes down to its MIN by itself)")
+    if job.spare_nodes:
+        fail("min_nodes", f"cannot be combined with spare_nodes {job.spare_nodes}: a job with spares always asks for "
+             "its N to N+K nodes", "drop one of --min-nodes and --spare-nodes")
+    if job.nodelist:
+        fail("min_nodes", f"cannot be combined with nodelist {job.nodelist}: SLURM runs the job on every node it "
+             "names, or not at all", "drop one of --min-nodes and --nodelist")
+
+
 def _name_from_target(job: JobSpec) -> str | None:
     raw = job.module or job.script or (job.command[0] if job.command else None)
     if not raw:
@@ -240,6 +257,8 @@ def _check_against_profile(job: JobSpec, profile: ClusterProfile, located: dict[
             fail("elastic", "needs the torchrun launcher", "add --launcher torchrun")
         if not lo <= job.nodes <= hi:
             fail("nodes", f"is outside the elastic range {job.elastic}", f"ask for between {lo} and {hi} nodes")
+    if job.min_nodes is not None:
+        _check_min_nodes(job, fail)
     refused = backends.for_profile(profile).refused_key(job, profile)  # what the scheduler takes is its backend's
     if refused is not None:
         fail(*refused)

@@ -104,6 +104,7 @@ class ClusterProfile(TrainingSettings, _Repr):
     health_check: list[str] = _check(checks.shell_lines, default_factory=list)
     vetting: Vetting = field(default_factory=Vetting)
     spare_nodes: int = _check(checks.non_negative, default=0)  # the job's default
+    min_nodes: int | None = _check(checks.min_nodes, default=None)  # the job's default
     sbatch_extra: list[str] = _check(checks.sbatch_extra, default_factory=list)
     template: str | None = _check(checks.safe_value, default=None)
     hostfile_format: Literal["deepspeed", "mpi"] = "deepspeed"
@@ -161,6 +162,8 @@ class JobSpec(TrainingSettings, _Repr):
     max_restarts: int = _check(checks.non_negative, default=0)
     # nodes allocated beyond `nodes`: vetting starts the job on the best `nodes` of them
     spare_nodes: int = _check(checks.non_negative, default=0)
+    # a requeue that cannot get `nodes` fit nodes (nodes excluded for the job's life) runs on down to this many
+    min_nodes: int | None = _check(checks.min_nodes, default=None)
     vet: bool | None = None  # vet the nodes before the ranks start (None: the profile's vetting.enabled decides)
     monitor_interval: float | None = _check(checks.positive_seconds, default=None)  # between torchrun's checks
     array: str | None = _check(checks.array, default=None)
@@ -176,6 +179,11 @@ class JobSpec(TrainingSettings, _Repr):
     # in-job settings, read by Accelerator from the runtime config (arguments in code override them)
     mixed_precision: Literal["no", "bf16", "fp16", "fp8"] | None = None
     gradient_accumulation_steps: int | None = _check(checks.positive, default=None)
+
+    @property
+    def fewer_nodes(self) -> int | None:
+        """min_nodes where it lets the job run on fewer than `nodes` (min_nodes = nodes changes nothing)."""
+        return self.min_nodes if self.min_nodes is not None and self.min_nodes < self.nodes else None
 
     @property
     def elastic_range(self) -> tuple[int, int] | None:
@@ -200,6 +208,7 @@ PROFILE_DEFAULTS = {
     "launcher": "launcher",
     "cpu_bind": "cpu_bind",
     "spare_nodes": "spare_nodes",
+    "min_nodes": "min_nodes",
     "output_dir": "output_dir",
     "template": "template",
     "snapshot_include": "snapshot_include",
