@@ -20,22 +20,10 @@ import time
 from pathlib import Path
 
 import torch
+from shape_worker import N, SampleLog  # noqa: E402 - beside this file, on the script's own path
 
 from hpc import Accelerator, set_seed
 from hpc.runtime.resilience import preemption
-
-N = 64
-
-
-class SampleLog:
-    def __init__(self):
-        self.rows = []
-
-    def state_dict(self):
-        return {"rows": [list(r) for r in self.rows]}
-
-    def load_state_dict(self, state):
-        self.rows = [list(r) for r in state["rows"]]
 
 
 def main() -> None:

@@ -33,7 +33,8 @@ def _wait_for(what: str, path: Path, timeout: float) -> None:
 
 
 def submit_elastic(project: Path, name: str, spec: dict) -> dict:
-    shutil.copy(HERE / "elastic_worker.py", project)
+    for worker in ("elastic_worker.py", "shape_worker.py"):  # the worker imports its sample log from the other
+        shutil.copy(HERE / worker, project)
     spec = {"project": str(project / name), "out": str(project / f"{name}.pt"), "epochs": EPOCHS, **spec}
     return submit(project, "-p", "slurm-local", "--launcher", "torchrun", "--nproc", "1", "--elastic", "1:2",
                   "--max-restarts", "3", "--time", "5", "-J", name, "elastic_worker.py", "--", json.dumps(spec))

@@ -61,6 +61,7 @@ def _agent_failed_at(log: str, after: float) -> float:
 
 def one_run(folder: Path, how: str) -> dict:
     shutil.copy(WORKER, folder)
+    shutil.copy(WORKER.with_name("shape_worker.py"), folder)  # its sample log
     run = folder / "el"
     spec = {"project": str(run), "out": str(folder / "el.pt"), "epochs": 2, "save_every": 2, "sleep": 0.5}
     proc = hpc(folder, "submit", "--json", "-p", "slurm-local", "--launcher", "torchrun", "--nproc", "1",
