@@ -81,6 +81,27 @@ def slurm():
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups as it runs
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's headless Chromium, installed with apt-get where it is missing (as root, as the SLURM tests install
+    SLURM); where it cannot be, the test skips with the reason, and under CI fails instead."""
+    import shutil
+    import subprocess
+
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+            subprocess.run(cmd, capture_output=True, env=env, timeout=900)
+        found = shutil.which("chromium")
+    if found is None:
+        why = "no chromium, and it cannot be installed here (apt-get as root)"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the browser test, but {why}")
+        pytest.skip(why)
+    return found
+
+
 def pytest_collection_modifyitems(config, items):
     """Under xdist (pyproject's `-n 2 --dist loadgroup`): every test that uses the SLURM cluster runs on one and
     the same worker, one after another, as the cluster's nodes, partitions and preemption are shared; every other

@@ -138,40 +138,6 @@ def test_report_loads_no_torch():
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 
-def test_the_page_in_a_real_browser_shows_both_attempts_in_their_colours(attempts, tmp_path):
-    """Headless Chromium draws the page: each attempt's rows hold training green, the first's redone red after
-    its step-20 save, and the queue before the second is hatched grey. A development check: CI has no browser
-    (apt-get install chromium to run it)."""
-    import shutil
-
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("no chromium here (apt-get install chromium)")
-    Image = pytest.importorskip("PIL.Image")
-    page, png = tmp_path / "report.html", tmp_path / "report.png"
-    page.write_text(report_html.page(_report(attempts)))
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--window-size=1140,600", f"--screenshot={png}", page.as_uri()], capture_output=True,
-                   timeout=60, cwd=tmp_path, check=True)
-    image = Image.open(png).convert("RGB")
-
-    def bands(rgb: str) -> int:  # horizontal bands of that colour wider than a legend swatch: timeline rows
-        want = tuple(int(rgb[i:i + 2], 16) for i in (1, 3, 5))
-        def run(y: int) -> bool:  # 20 pixels in a row: a bar (text and swatches have none so long)
-            n = 0
-            for x in range(image.width):
-                n = n + 1 if all(abs(a - b) <= 6 for a, b in zip(image.getpixel((x, y)), want)) else 0
-                if n > 20:
-                    return True
-            return False
-        rows = [run(y) for y in range(image.height)]
-        return sum(1 for y in range(1, len(rows)) if rows[y] and not rows[y - 1])
-
-    # attempt 0 and attempt 1, on 2 nodes each: 4 rows that trained; the first attempt's 2 redid work
-    assert bands(report_html.COLOURS["training"]) == 4
-    assert bands(report_html.COLOURS["redone"]) == 2
-
-
 def test_the_completion_notice_carries_the_goodput_and_the_redone_steps(tmp_path, monkeypatch):
     from hpc.runtime import notify
 
