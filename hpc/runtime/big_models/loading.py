@@ -21,7 +21,12 @@ from torch import nn
 
 from hpc.errors import HpcError
 from hpc.runtime.big_models.device_map import check_devices_available
-from hpc.runtime.big_models.module_tensors import get_tensor, set_module_tensor_to_device
+from hpc.runtime.big_models.module_tensors import (
+    get_tensor,
+    owner_of,
+    same_device,
+    set_module_tensor_to_device,
+)
 from hpc.runtime.big_models.offload import load_offloaded_weights, offload_weight, save_offload_index
 from hpc.runtime.big_models.sizes import (
     as_dtype,
@@ -154,6 +159,28 @@ def _target_dtype(name: str, tensor: torch.Tensor, dtype, keep_in_fp32_modules) 
     return dtype
 
 
+def _cast(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    return tensor if dtype is None else tensor.to(dtype)
+
+
+def _tied_copy_loaded(model: nn.Module, name: str, tied_of: dict, loaded: set[str], device, dtype) -> bool:
+    """Whether ``name`` is tied to a tensor already loaded onto ``device`` in the dtype this one would get: then
+    this copy adds nothing but memory, and ``name`` is tied to that tensor now. A checkpoint that stores a tied
+    weight twice stores it equal; if not, the first one read wins (Accelerate keeps the sorted-first name's)."""
+    group = tied_of.get(name)
+    if group is None or device == "disk":
+        return False
+    done = [other for other in group if other != name and other in loaded]
+    if not done:
+        return False
+    keeper = get_tensor(model, done[0])
+    if not same_device(device, keeper.device) or (dtype is not None and keeper.dtype != dtype):
+        return False  # offloaded (on meta, its data on disk), on another device, in another dtype: its own copy
+    owner, leaf = owner_of(model, name)
+    owner._parameters[leaf] = keeper  # tie now: retie_parameters would, after the copy had been made
+    return True
+
+
 def load_checkpoint_in_model(model: nn.Module, checkpoint, device_map: dict | None = None, offload_folder=None,
                              dtype=None, offload_state_dict: bool = False, offload_buffers: bool = False,
                              keep_in_fp32_modules: list[str] | None = None, offload_8bit_bnb: bool = False,
@@ -193,32 +220,40 @@ def load_checkpoint_in_model(model: nn.Module, checkpoint, device_map: dict | No
     offload_index: dict = {}
     host_folder = tempfile.mkdtemp(prefix="hpc-host-offload-") if offload_state_dict else None
     host_index: dict = {}
+    tied_of = {name: group for group in tied for name in group}
     try:
         for file in files:
             for name, tensor in iter_checkpoint_tensors(file):
                 if name not in model_keys:
                     unexpected.append(name)
                     continue
-                loaded.add(name)
                 new_dtype = _target_dtype(name, tensor, dtype, keep_in_fp32_modules)
                 if device_map is None:
                     current = get_tensor(model, name).device
                     device = "cpu" if current.type == "meta" else current
                 else:
                     device = _mapped_device(name, device_map)
-                cast = tensor if new_dtype is None else tensor.to(new_dtype)
+                if _tied_copy_loaded(model, name, tied_of, loaded, device, new_dtype):
+                    # the checkpoint stores a tied weight under two names: a second copy on the device would
+                    # only live until retie_parameters keeps one (a whole embedding of extra peak)
+                    loaded.add(name)
+                    del tensor
+                    continue
+                loaded.add(name)
                 if device == "disk" and (offload_buffers or name not in buffers):
                     set_module_tensor_to_device(model, name, "meta", dtype=new_dtype)
-                    offload_weight(cast, name, offload_folder, index=offload_index)
+                    offload_weight(_cast(tensor, new_dtype), name, offload_folder, index=offload_index)
                 elif device == "disk":
                     # a buffer that is not offloaded waits on the host; the hook moves it to the execution device
                     set_module_tensor_to_device(model, name, "cpu", value=tensor, dtype=new_dtype)
                 elif device == "cpu" and host_folder is not None:
                     set_module_tensor_to_device(model, name, "meta", dtype=new_dtype)
-                    offload_weight(cast, name, host_folder, index=host_index)
+                    offload_weight(_cast(tensor, new_dtype), name, host_folder, index=host_index)
                 else:
+                    # cast where the tensor is read, then one copy to its device: the device never holds the
+                    # checkpoint's dtype beside the model's (the cast is made once, not here and again inside)
                     set_module_tensor_to_device(model, name, device, value=tensor, dtype=new_dtype)
-                del tensor, cast
+                del tensor
         save_offload_index(offload_index, offload_folder)
         if host_folder is not None:
             load_offloaded_weights(model, host_index, host_folder)
