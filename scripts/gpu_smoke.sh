@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # The CUDA/NCCL paths CI cannot reach (no GPU there), on one GPU: run from the repository root on a GPU machine
-# with torch installed. Prints PASS/FAIL lines and the checkpoint benchmark with the state on the GPU.
+# with torch installed. Prints PASS/FAIL lines and the checkpoint benchmark with the state on the GPU, then (issue 35)
+# the big-model load's GPU peak beside Accelerate's and the GPT-2 124M training step (hpc, raw torch, Accelerate).
+# Accelerate is measured when importable, or from ACC_PATH (a `pip install --target` folder). About 8 minutes.
 set -uo pipefail
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
 py=${PYTHON:-python3}
 work=$(mktemp -d)
 $py -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+acc=${ACC_PATH:+--accelerate-path $ACC_PATH}
 
 # 1. AMP and strategies on CUDA (one process: NCCL for FSDP): losses finite and falling
 specs='[{"strategy":"ddp","mixed_precision":"fp16","steps":30},{"strategy":"ddp","mixed_precision":"bf16","steps":30},
@@ -41,4 +45,10 @@ done
 
 # 3. checkpoint cost with the training state in GPU memory
 $py scripts/bench/checkpoint.py --device cuda --gib "${GIB:-1}" --repeat 9 --crash-trials 0 2>&1 | grep -v -i warn
+
+# 4. big-model load: GPU memory over load_checkpoint_and_dispatch + 3 forwards, hpc beside Accelerate (355M GPT-2)
+timeout 180 $py scripts/bench/big_model_gpu_peak.py --rounds 2 $acc 2>&1 | grep -v -i "warn\|Writing"
+
+# 5. training step of GPT-2 124M, bf16, DDP and FSDP2 on one GPU: hpc beside raw torch and Accelerate, alternated
+timeout 300 $py scripts/bench/gpu_step.py --rounds 2 --steps 30 $acc 2>&1 | grep -v -i warn
 rm -rf "$work"
