@@ -80,7 +80,6 @@ def slurm():
         subprocess.run([str(SLURM_LOCAL), "down"], capture_output=True, timeout=120)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups as it runs
 @pytest.fixture(scope="session")
 def chromium() -> str:
     """Debian's headless Chromium, installed with apt-get where it is missing (as root, as the SLURM tests install
@@ -102,6 +101,7 @@ def chromium() -> str:
     return found
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups as it runs
 def pytest_collection_modifyitems(config, items):
     """Under xdist (pyproject's `-n 2 --dist loadgroup`): every test that uses the SLURM cluster runs on one and
     the same worker, one after another, as the cluster's nodes, partitions and preemption are shared; every other
