@@ -112,3 +112,29 @@ def test_zero_saved_after_fetching_a_batch_resumes_exactly_at_the_same_size(tmp_
     assert resumed["epochs"] == straight["epochs"]
     for name, w in straight["weights"].items():
         torch.testing.assert_close(resumed["weights"][name], w, rtol=1e-5, atol=1e-6, msg=name)
+
+
+SGD_SAVES = """import sys, torch
+from hpc import Accelerator, FullyShardedDataParallelPlugin
+acc = Accelerator(project_dir=sys.argv[1], fsdp_plugin=FullyShardedDataParallelPlugin())
+model = torch.nn.Linear(4, 4)
+model, opt = acc.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+acc.backward(model(torch.randn(2, 4)).sum())
+opt.step()
+acc.save_state()
+acc.save_state()
+print("completed_steps", acc.completed_steps)
+acc.end_training()
+"""
+
+
+def test_saving_fsdp_state_of_a_stateless_optimizer_takes_no_training_step(tmp_path):
+    """DCP gives plain SGD its state by stepping it with lr 0; through hpc's wrapper that counted as a training step
+    at every save (completed_steps 3 after one step and two saves, step-1 and step-2 folders)."""
+    (tmp_path / "sgd.py").write_text(SGD_SAVES)
+    done = subprocess.run([sys.executable, "-m", "hpc", "launch", "--nproc", "2", str(tmp_path / "sgd.py"),
+                           str(tmp_path / "p")], cwd=tmp_path, env=launch_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "completed_steps 1" in done.stdout and "completed_steps 3" not in done.stdout
+    assert sorted(p.name for p in (tmp_path / "p" / "checkpoints").iterdir()) == ["step-1"]

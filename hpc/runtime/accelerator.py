@@ -231,7 +231,6 @@ class Accelerator:
     def backward(self, loss: torch.Tensor, **kwargs) -> None:
         self._guard.before_work()
         self.strategy.backward(loss, self.precision.scaler, **kwargs)
-        self.training.worked()
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module):

@@ -21,8 +21,7 @@ class TrainingState:
     custom_objects: list = field(default_factory=list)
     completed_steps: int = 0  # optimizer steps taken (accumulation windows closed)
     micro_step: int = 0  # micro-steps seen by accumulate() (the Accelerator's `step`)
-    # backward passes and optimizer steps so far: a batch handed out before the last of them was trained on
-    work: int = 0
+    micro_step_at_step: int = 0  # micro_step as the last optimizer step left it (what a checkpoint records)
     # what the owner does at these moments; the run guard resumes before the first work, feeds its hang
     # watchdog on progress and paces checkpoints on steps. A loader prepared without one does nothing.
     before_work: Callable[[], None] = _nothing
@@ -32,15 +31,21 @@ class TrainingState:
     # script's previous step is over, with everything it did after it (scheduler, counters, its own saves)
     before_batch: Callable[[Any, bool], None] = _nothing
 
-    def worked(self) -> None:
-        """A backward or an optimizer step (taken or skipped inside an accumulation window)."""
-        self.work += 1
-
     def optimizer_stepped(self, optimizer: Any) -> None:
-        """An optimizer stepped: one count per window, however many optimizers the run has."""
+        """An optimizer stepped: one count per window, however many optimizers the run has. What the loaders
+        handed out up to here is trained: a checkpoint taken before the next step goes back to this point (the
+        batches of a window still open have gradients no checkpoint holds, and are trained again)."""
         if self.optimizers[:1] == [optimizer]:
             self.completed_steps += 1
+            self.micro_step_at_step = self.micro_step
+            for loader in self.loaders:
+                loader.stepped()
             self.on_step()
+
+    @property
+    def saved_micro_step(self) -> int:
+        """The micro-step a checkpoint records: the last optimizer step's, with the data going back there."""
+        return self.micro_step_at_step if self.optimizers else self.micro_step
 
     def positions(self) -> list[dict]:
         """Where each prepared loader's epoch stands, whatever the job's shape (what a checkpoint records)."""

@@ -56,7 +56,6 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             self.strategy.zero_grad(self.optimizer, set_to_none)
 
     def step(self, closure=None):
-        self.training.worked()
         if not self.gradient_state.sync_gradients:
             return None
         self._unscaled = False

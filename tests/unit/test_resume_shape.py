@@ -161,7 +161,13 @@ def loader_of_a_run(world=2, rank=0):
     training.optimizers.append(object())  # a run that trains
     dl, _ = simulated_rank(sizes(4), rank, world, dispatch_batches=False)
     dl.training = training
+    training.loaders.append(dl)
     return dl, training
+
+
+def step(training: TrainingState) -> None:
+    """The optimizer's step at the end of a window (AcceleratedOptimizer.step tells the training state)."""
+    training.optimizer_stepped(training.optimizers[0])
 
 
 def test_a_batch_fetched_but_not_yet_trained_is_not_counted():
@@ -171,10 +177,9 @@ def test_a_batch_fetched_but_not_yet_trained_is_not_counted():
     for i, _ in enumerate(dl):
         if i == 3:
             break
-        training.worked()  # backward
-        training.worked()  # optimizer step
+        step(training)
     assert dl.position == 4 and dl.point().consumed == 3 * 8
-    training.worked()  # ... and once the script trains it, it counts
+    step(training)  # ... and once the script trains it, it counts
     assert dl.point().consumed == 4 * 8
 
 
@@ -183,8 +188,25 @@ def test_a_save_after_the_step_counts_the_batch_just_trained():
     it = iter(dl)
     for _ in range(5):
         next(it)
-        training.worked()
+        step(training)
     assert dl.point().consumed == 5 * 8
+
+
+def test_a_save_inside_an_accumulation_window_goes_back_to_the_windows_start():
+    """Accumulation 2, saved after micro-batch 3 (its backward done, no step yet): the window's gradients are in no
+    checkpoint, so the point and the micro-step are those of the last step, and the window is trained again."""
+    dl, training = loader_of_a_run()
+    it = iter(dl)
+    for micro in range(1, 4):
+        next(it)
+        training.micro_step = micro
+        if micro % 2 == 0:
+            step(training)
+    assert dl.point().consumed == 2 * 8 and training.saved_micro_step == 2
+    next(it)
+    training.micro_step = 4
+    step(training)
+    assert dl.point().consumed == 4 * 8 and training.saved_micro_step == 4
 
 
 # --- skip_first_batches after load_state --------------------------------------------------------------
@@ -251,9 +273,10 @@ def test_a_stateful_stream_saved_with_a_batch_in_hand_resumes_at_the_point_not_p
     dl = stateful_stream(0, 1, 2)
     dl.training = TrainingState()
     dl.training.optimizers.append(object())
+    dl.training.loaders.append(dl)
     it = iter(dl)
     next(it)
-    dl.training.worked()
+    step(dl.training)
     next(it)  # fetched, then saved before its step
     state = dl.state_dict()
     assert "reader" not in state and state["consumed"] == 2
@@ -276,3 +299,34 @@ def test_a_stateful_stream_resumed_in_another_shape_reads_up_to_the_point(plain)
         again.load_state_dict(state)
         seen += [i for b in again for i in b.tolist()]
     assert sorted(seen) == list(range(8, 24))
+
+
+def test_a_count_in_the_epoch_a_checkpoint_finished_does_not_skip_the_next(capsys):
+    """Saved at epoch 0's last batch, and the script skips its own count of it (8): epoch 1 starts from its first
+    batch, not after 8 of it, with a note."""
+    dl = restarted(EpochPoint(0, N, "sample", Shape(2, 4, False)))
+    assert dl.epoch == 1 and first_of(SkipFirstBatches(dl, 8)) == [0, 1, 2, 3]
+    assert "ended epoch 0 with its last batch" in capsys.readouterr().err
+
+
+def test_a_batch_samplers_batches_of_another_size_are_refused_in_one_line():
+    class Sized:
+        def __init__(self, size):
+            self.batch_size, self.batches = size, [list(range(i, i + size)) for i in range(0, N, size)]
+
+        def __len__(self):
+            return len(self.batches)
+
+        def __iter__(self):
+            return iter(self.batches)
+
+    point = EpochPoint(0, 4, "item", Shape(2, 8, False))  # 4 of its batches of 8
+    dl, _ = simulated_rank(lambda: DataLoader(torch.arange(N), batch_sampler=Sized(16)), 0, 1,
+                           dispatch_batches=False)
+    with pytest.raises(HpcError) as e:
+        dl.continue_from(point)
+    assert "batches held 8 samples; they hold 16 now" in str(e.value) and "\n" not in str(e.value)
+    same, _ = simulated_rank(lambda: DataLoader(torch.arange(N), batch_sampler=Sized(8)), 0, 4,
+                             dispatch_batches=False)
+    same.continue_from(point)  # another world size, the same batches: counted in them, exact
+    assert next(iter(same)).tolist() == list(range(32, 40))

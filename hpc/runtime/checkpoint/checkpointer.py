@@ -456,7 +456,8 @@ def _random_streams_note(saved: int, world: int) -> str:
     """The rule for random streams at another world size, said once: rank r < both sizes gets rank r's saved stream
     back; a rank new since the save keeps the one the script seeded; a saved rank this job lacks is not used."""
     shared = min(saved, world)
-    said = [f"{_ranks(0, shared - 1)} restore their random streams"]
+    said = ["rank 0 restores its random stream" if shared == 1 else f"{_ranks(0, shared - 1)} restore their random "
+            "streams"]
     if world > saved:
         said.append(f"{_ranks(saved, world - 1)}, new since the save, keep the streams the script seeded")
     else:

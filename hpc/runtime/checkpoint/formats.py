@@ -67,6 +67,12 @@ class StagingBuffers:
             torch.cuda.synchronize()  # the non-blocking copies above have landed
 
 
+def _unwrapped(optimizer):
+    """The torch optimizer inside hpc's wrapper. DCP gives a stateless optimizer (plain SGD) its state by calling
+    step() with lr 0: through the wrapper that counted as a training step (completed_steps went up at every save)."""
+    return getattr(optimizer, "optimizer", optimizer)
+
+
 def _owner(optimizer, models):
     """The model whose parameters an optimizer steps (DCP needs the pair)."""
     params = {id(p) for g in optimizer.param_groups for p in g["params"]}
@@ -136,6 +142,7 @@ class DcpFormat:
 
         state = {f"model_{i}": get_model_state_dict(m) for i, m in enumerate(models)}
         for i, opt in enumerate(optimizers):
+            opt = _unwrapped(opt)
             state[f"optimizer_{i}"] = get_optimizer_state_dict(_owner(opt, models), opt)
         return state
 
@@ -189,6 +196,7 @@ class DcpFormat:
         for i, model in enumerate(models):
             set_model_state_dict(model, state[f"model_{i}"])
         for i, opt in enumerate(optimizers):
+            opt = _unwrapped(opt)
             set_optimizer_state_dict(_owner(opt, models), opt, state[f"optimizer_{i}"])
 
 

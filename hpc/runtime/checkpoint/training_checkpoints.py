@@ -103,7 +103,7 @@ class TrainingCheckpoints:
     def save(self, folder: Path, async_save: bool, purge: bool) -> Path:
         """In a job, rank 0 notes the step as the job's progress once the save has committed (progress_guard); a
         background save's commit is seen at the next save, at wait() or as the process exits."""
-        meta = {"step": self.training.completed_steps, "micro_step": self.training.micro_step,
+        meta = {"step": self.training.completed_steps, "micro_step": self.training.saved_micro_step,
                 "strategy": self.strategy.name, "loaders": self.training.positions()}
         self.wait()  # a background save in flight commits (and is noted) first, as checkpointer.save would wait
         saved = self.checkpointer.save(folder, meta, async_save=async_save, purge=purge,
@@ -139,13 +139,14 @@ class TrainingCheckpoints:
         another shape (world size, batch size) goes on at the same sample (data/position.py)."""
         training = self.training
         training.completed_steps, training.micro_step = int(meta.get("step", 0)), int(meta.get("micro_step", 0))
+        training.micro_step_at_step = training.micro_step
         saved_world = meta.get("world_size")
         accumulation = GradientState().num_steps or 1
         moved = []
-        for loader, where in zip(training.loaders, meta.get("loaders", [])):
+        for index, (loader, where) in enumerate(zip(training.loaders, meta.get("loaders", []))):
             point = EpochPoint.from_state(where, loader.unit, loader.shape, saved_world)
             if point.shape != loader.shape:
-                moved.append((loader, point))
+                moved.append((index, loader, point))
             if mid_epoch or loader.restores_position:
                 loader.continue_from(point)
             else:
@@ -155,10 +156,16 @@ class TrainingCheckpoints:
         self.on_resumed(training.completed_steps)
         if self.process.is_main_process:
             preemption.log(f"resumed from {folder} (step {training.completed_steps})")
-            for loader, point in moved:
+            for index, loader, point in moved:
                 unit = "samples" if point.unit == "sample" else "batches of its order"
-                preemption.log(f"resumed epoch {point.epoch} after {point.consumed} {unit}: saved at "
+                which = f"loader {index}: " if len(training.loaders) > 1 else ""
+                preemption.log(f"{which}resumed epoch {point.epoch} after {point.consumed} {unit}: saved at "
                                f"{point.shape.describe()}, now {loader.shape.describe()}")
+                if not mid_epoch and not loader.restores_position:
+                    # a self-resuming script's arithmetic counts steps in batches of the shape it saved in
+                    preemption.log(f"{which}len(loader) is {len(loader)} batches in this shape: a script's own "
+                                   "arithmetic (starting_epoch = step // len(loader)) no longer lands on the "
+                                   f"checkpoint's epoch {point.epoch}; hpc's auto_resume needs none")
         return ResumeInfo(folder, training.completed_steps, int(first["epoch"]), int(first["position"]))
 
 

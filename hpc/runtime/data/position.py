@@ -39,6 +39,12 @@ class Shape:
                            fix="give the DataLoader a batch_size")
         return self.batch_size * self.world
 
+    def item_size(self) -> int | None:
+        """The samples in one batch of the loader's own order (split_batches cuts each among the ranks)."""
+        if self.batch_size is None:
+            return None
+        return self.batch_size * (self.world if self.split else 1)
+
     def describe(self) -> str:
         batch = "batches of no fixed size" if self.batch_size is None else f"batch {self.batch_size} per rank"
         return f"world {self.world}, {batch}{', split_batches' if self.split else ''}"

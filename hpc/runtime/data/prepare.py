@@ -9,9 +9,10 @@ sample); resuming mid-epoch computes where the epoch's order stands instead of r
 at batch 10 or 10 million (only a sampler that can only be iterated, and a stream, are skipped by reading up to
 there).
 
-A batch counts as trained once the script worked on it: a backward or an optimizer step after it was handed out
-(TrainingState.work). A script that saves after fetching a batch and before training it (`if step % N == 0:
-save_state()` at the top of its loop) has that batch trained again after a resume, not lost.
+In a run with an optimizer, the batches that count as trained are those handed out up to its last step
+(TrainingState.optimizer_stepped): a script that saves after fetching a batch and before training it (`if step %
+N == 0: save_state()` at the top of its loop) has that batch trained after a resume, not lost; one that saves
+inside an accumulation window has the window's batches trained again (their gradients are in no checkpoint).
 """
 
 from __future__ import annotations
@@ -93,9 +94,10 @@ class PreparedDataLoader:
         self._epoch = 0
         self._start = 0  # where the next (or current) pass enters its epoch, in the order's unit
         self._handed = 0  # batches of the current pass handed out
-        self._work_at_handed = -1  # the run's work count when the last one was handed out
+        self._handed_at_step = 0  # batches of the current pass handed out when the optimizer last stepped
         self._checkpoint_point: EpochPoint | None = None  # set by an explicit load_state until the next pass
         self._derived_skip: int | None = None  # the skip a script computes from the checkpoint's step count
+        self._ended_epoch: int | None = None  # the epoch an explicit load_state's checkpoint had finished
         self._non_blocking = config.non_blocking or self.device.type == "cuda"
 
     @property
@@ -150,13 +152,17 @@ class PreparedDataLoader:
         batches counts the one it is in)."""
         return self._start // self._round + self._handed
 
-    def _in_hand(self) -> bool:
-        """The last batch handed out has not been worked on yet: fetched, then saved before its step."""
-        return self._handed > 0 and bool(self.training.optimizers) and self.training.work == self._work_at_handed
+    def stepped(self) -> None:
+        """The optimizer stepped: what this pass handed out so far is trained."""
+        self._handed_at_step = self._handed
+
+    def _trained(self) -> int:
+        """This pass's batches that a checkpoint counts: up to the last optimizer step in a run that has one."""
+        return self._handed_at_step if self.training.optimizers else self._handed
 
     def point(self) -> EpochPoint:
         """Where the epoch stands for a checkpoint: its order consumed up to the last batch the script trained."""
-        consumed = self._start + (self._handed - self._in_hand()) * self._round
+        consumed = self._start + self._trained() * self._round
         try:
             consumed = min(consumed, self._reader.units())
         except TypeError:  # a stream of unknown length
@@ -169,6 +175,13 @@ class PreparedDataLoader:
 
     def continue_from(self, point: EpochPoint) -> None:
         """The next pass continues the point's epoch right after what it consumed."""
+        if point.unit == "item" and point.shape.item_size() != self.shape.item_size() and None not in (
+                point.shape.item_size(), self.shape.item_size()):
+            raise HpcError(f"the checkpoint stopped after {point.consumed} batches of this loader's batch sampler, "
+                           f"whose batches held {point.shape.item_size()} samples; they hold "
+                           f"{self.shape.item_size()} now, and a batch sampler's batches cannot be counted in samples",
+                           fix=f"resume with the batch sampler's batch size at {point.shape.item_size()}, or use a "
+                               "sampler with DataLoader(batch_size=...)")
         if point.shape != self.shape and getattr(self._reader, "restore", None) is not None:
             # a StatefulDataLoader's state counts the batches of the shape it was saved in: read up to the point
             self._reader.restore = None
@@ -179,7 +192,9 @@ class PreparedDataLoader:
         """An explicit load_state: the next pass runs the point's epoch from its start (Accelerate's), and the first
         skip_first_batches of it goes to the point (skip_start). ``derived_skip``: what a script computes from the
         checkpoint's step count with gradient accumulation (`step * accumulation - epoch * len(loader)`)."""
+        self._ended_epoch = None
         if self._reader.count_from(point.consumed) == 0:  # saved at the epoch's last batch: the next epoch is next
+            self._ended_epoch = point.epoch
             point = dataclasses.replace(point, epoch=point.epoch + 1, consumed=0)
         self.resume_at(point.epoch, 0)
         self._checkpoint_point, self._derived_skip = point, derived_skip
@@ -190,7 +205,7 @@ class PreparedDataLoader:
         then the pass goes on where the checkpoint stopped, and rank 0 says so in one line."""
         point = self._checkpoint_point
         start, why = self._skip_to(asked)
-        self._checkpoint_point = None
+        self._checkpoint_point = self._ended_epoch = None
         if why and self.layout.rank == 0:
             unit = "samples" if point.unit == "sample" else "batches of its order"
             off = asked * self._round - point.consumed
@@ -211,6 +226,9 @@ class PreparedDataLoader:
         point, asked_units = self._checkpoint_point, asked * self._round
         if point is None or point.consumed == asked_units:
             return asked_units, None
+        if self._ended_epoch is not None:  # a count of the epoch the checkpoint finished
+            return 0, f"the checkpoint ended epoch {self._ended_epoch} with its last batch, so epoch {point.epoch} " \
+                      "starts from its first"
         if point.shape != self.shape:
             return point.consumed, (f"it was saved at {point.shape.describe()}, and this job runs at "
                                     f"{self.shape.describe()}")
@@ -229,9 +247,10 @@ class PreparedDataLoader:
 
     def state_dict(self) -> dict:
         out = self.point().state(self.position)
-        # where a StatefulDataLoader's stream stands, once its last batch handed out is trained (a batch in hand
-        # would be past the point: the resume then reads up to the point instead)
-        if getattr(self._reader, "stateful", False) and self._reader.after is not None and not self._in_hand():
+        # where a StatefulDataLoader's stream stands, once every batch handed out is trained (one not yet would be
+        # past the point: the resume then reads up to the point instead)
+        if getattr(self._reader, "stateful", False) and self._reader.after is not None and \
+                self._trained() == self._handed:
             out["reader"] = self._reader.after
         return out
 
@@ -246,9 +265,9 @@ class PreparedDataLoader:
 
     def __iter__(self):
         self.training.before_work()
-        self._checkpoint_point = None  # a pass without skip_first_batches first: the epoch from its start
+        self._checkpoint_point = self._ended_epoch = None  # a pass without skip_first_batches: from the start
         gradient = self.gradient_state
-        self._handed = 0
+        self._handed = self._handed_at_step = 0
         # an epoch entered between two of this shape's rounds (a checkpoint of another shape) has another remainder
         # than a straight run's: its final round is dealt in short even batches (shards._balanced)
         between = self.unit == "sample" and self._start % self._round != 0
@@ -260,7 +279,6 @@ class PreparedDataLoader:
                 self.training.before_batch(self, first)
                 first = False
                 self._handed += 1
-                self._work_at_handed = self.training.work
                 gradient.end_of_dataloader = last
                 gradient.remainder = remainder if last else -1
                 self.training.on_progress("batch")
