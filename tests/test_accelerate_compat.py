@@ -109,11 +109,12 @@ def test_debug_flag_names_the_shapes_that_would_hang_a_gather(tmp_path):
     assert "gather: the ranks hold different shapes (rank 0: (1,); rank 1: (2,))" in out["gather_error"]
 
 
-def test_fp8_is_a_clear_error_in_the_job(tmp_path):
+def test_fp8_on_a_device_without_fp8_tensor_cores_is_a_clear_error_in_the_job(tmp_path):
     (tmp_path / "probe.py").write_text(PROBE)
     proc = subprocess.run([sys.executable, "probe.py", "x.json"], cwd=tmp_path, capture_output=True, text=True,
                           env={**os.environ, "ACCELERATE_MIXED_PRECISION": "fp8"}, timeout=120)
-    assert proc.returncode != 0 and "mixed_precision='fp8' is not in hpc yet" in proc.stderr
+    assert proc.returncode != 0 and "its matmuls need a GPU with fp8 tensor cores" in proc.stderr
+    assert "this process runs on cpu" in proc.stderr
 
 
 HELLO = textwrap.dedent("""

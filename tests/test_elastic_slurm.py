@@ -40,7 +40,9 @@ def submit_elastic(project: Path, name: str, spec: dict) -> dict:
                   "--max-restarts", "3", "--time", "5", "-J", name, "elastic_worker.py", "--", json.dumps(spec))
 
 
-@pytest.mark.parametrize("how", ["kill-tasks", "kill-node"])
+# "kill-node" (the whole node dies, slurmd with it) passes too, in 87 s against 60, and leaves the node coming back
+# for a minute after: scripts/bench/elastic_node_loss.py measures it; the suite runs the cheaper death
+@pytest.mark.parametrize("how", ["kill-tasks"])
 def test_an_elastic_job_goes_on_without_a_node_that_dies_and_completes_exactly(slurm, tmp_path, how):
     run = tmp_path / "el"
     info = submit_elastic(tmp_path, "el", {"save_every": 2, "sleep": 0.5})

@@ -8,6 +8,7 @@ before it had fewer than 2 left, two requeues instead of one.)
 """
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -21,6 +22,12 @@ from tests.jobhelpers import hpc, status, submit
 pytestmark = pytest.mark.slurm
 HERE = Path(__file__).parent
 SLURM_LOCAL = HERE.parent / "scripts" / "slurm-local"
+
+
+def _idle_nodes(conf: str) -> list[str]:
+    idle = subprocess.run(["sinfo", "-h", "-N", "-p", "debug", "-t", "idle", "-o", "%N"], capture_output=True,
+                          text=True, env={**os.environ, "SLURM_CONF": conf})
+    return idle.stdout.split()
 
 
 def _wait_for(what: str, ready, timeout: float) -> None:
@@ -37,6 +44,8 @@ def test_a_job_that_loses_a_node_runs_on_fewer_after_its_requeue_and_completes_e
     (tmp_path / "shrink.yaml").write_text("name: shrink\nextends: slurm-local\nlost_nodes:\n  after: 5\n")
     run = tmp_path / "mn"
     spec = {"project": str(run), "out": str(tmp_path / "mn.pt"), "epochs": 2, "sleep": 0.5}
+    # all three nodes: one an earlier test killed may still be on its way back into service
+    _wait_for("every node idle", lambda: len(_idle_nodes(slurm)) == 3, 180)
     info = submit(tmp_path, "-p", "./shrink.yaml", "-N", "3", "--ntasks-per-node", "1", "--min-nodes", "1",
                   "--time", "5", "-J", "mn", "min_nodes_worker.py", "--", json.dumps(spec))
     _wait_for("the first step at world 3", (run / "world-a0").exists, 120)

@@ -179,7 +179,8 @@ def _mixed_precision(ctx: _Context, name: str, value: Any) -> None:
         ctx.fail(name, value, "is not a precision", f"use one of {', '.join(allowed)}")
     ctx.out.values["mixed_precision"] = mode
     if mode == "fp8":
-        ctx.note(name, value, "hpc's Accelerator has no fp8 recipe yet and stops the job with one line; use bf16")
+        ctx.note(name, value, "hpc's fp8 is torchao's Float8Linear and needs GPUs with fp8 tensor cores (compute "
+                              "capability 8.9+); elsewhere the job stops with one line")
 
 
 def _num_processes(ctx: _Context, name: str, value: Any) -> None:
