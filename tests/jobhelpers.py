@@ -19,8 +19,10 @@ DUMP = textwrap.dedent("""
            "env": {k: os.environ.get(k) for k in keys}}
     name = "task%s-rank%s-job%s.json" % (os.environ.get("SLURM_ARRAY_TASK_ID", "0"), os.environ.get("RANK"),
                                          os.environ.get("SLURM_JOB_ID", "local"))
-    with open(os.path.join(os.environ["DUMP_DIR"], name), "w") as f:
+    path = os.path.join(os.environ["DUMP_DIR"], name)
+    with open(path + ".part", "w") as f:  # whole or not at all: tests read the folder while tasks run
         json.dump(out, f)
+    os.replace(path + ".part", path)
     print("dumped", name, flush=True)
     if os.environ.get("REQUEUE_ONCE") and os.environ.get("HPC_RESTART_COUNT", "0") == "0":
         open(os.environ["HPC_REQUEUE_FILE"], "a").close()  # the local profile runs the processes again

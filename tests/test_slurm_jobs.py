@@ -86,10 +86,12 @@ def test_cancelling_a_running_array_leaves_nothing_running(project):
     info = submit(project, "-p", "slurm-local", "--ntasks-per-node", "1", "--array", "0-5", "dump.py", "--", token,
                   env={"SLEEP": "300"})
     deadline = time.monotonic() + 60
-    while len(dumps(project)) < 2:  # some tasks running, others pending
-        assert time.monotonic() < deadline, "array tasks did not start"
-        time.sleep(0.2)
-    hpc(project, "cancel", info["job_id"], check=True)
+    try:
+        while len(dumps(project)) < 2:  # some tasks running, others pending
+            assert time.monotonic() < deadline, "array tasks did not start"
+            time.sleep(0.2)
+    finally:  # whatever failed, the array's five-minute tasks must not hold the nodes for the tests after this
+        hpc(project, "cancel", info["job_id"], check=True)
     wait_ok(project, info["job_id"], code=1, timeout=60)
     st = status(project, info["job_id"])
     assert set(st["counts"]) == {"CANCELLED"}, st
