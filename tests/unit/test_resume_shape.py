@@ -330,3 +330,15 @@ def test_a_batch_samplers_batches_of_another_size_are_refused_in_one_line():
                              dispatch_batches=False)
     same.continue_from(point)  # another world size, the same batches: counted in them, exact
     assert next(iter(same)).tolist() == list(range(32, 40))
+
+
+def test_a_save_at_an_epochs_end_records_the_next_epochs_start():
+    """`if checkpointing_steps == "epoch": save_state()` after the loop: the point is the next epoch's first sample,
+    not the finished pass's count carried into it."""
+    dl, training = loader_of_a_run()
+    for _ in dl:
+        step(training)
+    point = dl.point()
+    assert (point.epoch, point.consumed) == (1, 0)
+    dl.continue_from(EpochPoint(1, 16, "sample", dl.shape))  # a resume, saved again before its first batch
+    assert dl.point().consumed == 16

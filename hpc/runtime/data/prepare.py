@@ -130,7 +130,8 @@ class PreparedDataLoader:
 
     def set_epoch(self, epoch: int) -> None:
         if epoch != self._epoch:  # a resumed point belongs to its own epoch only
-            self._start, self._handed, self._checkpoint_point = 0, 0, None
+            self._start, self._checkpoint_point = 0, None
+            self._new_pass()
         self._epoch = epoch
 
     # --- where the epoch stands ---------------------------------------------------------------------
@@ -151,6 +152,11 @@ class PreparedDataLoader:
         """This rank's batches of the current epoch, in this job's shape (a resumed start between two of its
         batches counts the one it is in)."""
         return self._start // self._round + self._handed
+
+    def _new_pass(self) -> None:
+        """Nothing of the next pass handed out or trained yet: a save between passes (an epoch's end) records the
+        next epoch's start, never the last pass's counts."""
+        self._handed = self._handed_at_step = 0
 
     def stepped(self) -> None:
         """The optimizer stepped: what this pass handed out so far is trained."""
@@ -186,7 +192,8 @@ class PreparedDataLoader:
             # a StatefulDataLoader's state counts the batches of the shape it was saved in: read up to the point
             self._reader.restore = None
         self._reader.check_start(point.consumed)
-        self._epoch, self._start, self._handed = point.epoch, point.consumed, 0
+        self._epoch, self._start = point.epoch, point.consumed
+        self._new_pass()
 
     def restart_epoch(self, point: EpochPoint, derived_skip: int | None = None) -> None:
         """An explicit load_state: the next pass runs the point's epoch from its start (Accelerate's), and the first
@@ -267,7 +274,7 @@ class PreparedDataLoader:
         self.training.before_work()
         self._checkpoint_point = self._ended_epoch = None  # a pass without skip_first_batches: from the start
         gradient = self.gradient_state
-        self._handed = self._handed_at_step = 0
+        self._new_pass()
         # an epoch entered between two of this shape's rounds (a checkpoint of another shape) has another remainder
         # than a straight run's: its final round is dealt in short even batches (shards._balanced)
         between = self.unit == "sample" and self._start % self._round != 0
@@ -285,7 +292,8 @@ class PreparedDataLoader:
                 yield send_to_device(batch, self.device, self._non_blocking)
         finally:
             gradient.leave_dataloader(self)
-        self._start, self._handed = 0, 0
+        self._start = 0
+        self._new_pass()
         self._epoch += 1  # the next pass reshuffles; seeded, so a restart repeats it
 
 
