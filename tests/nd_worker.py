@@ -4,7 +4,8 @@
 
 SPEC keys: mesh ({"tp_size": 2, "dp_shard_size": 2, ...} for a ParallelismConfig; absent: DDP), global_batch (the
 same in every mesh: each data-parallel rank takes global_batch / dp), steps, out, project, save (save_state into
-this folder at the end), load (load_state from this folder first, then train no step), clip (clip the gradients'
+this folder at the end; under cp_size the step opens Accelerate's maybe_context_parallel, position_ids left to
+hpc), load (load_state from this folder first, then train no step), clip (clip the gradients'
 norm to this), pre_tp (the model is made tensor-parallel before prepare(), as transformers' from_pretrained
 does). Rank 0 writes to `out`: the losses (mean over the ranks), the whole weights (gathered), and every rank's
 count of parameter elements it holds.
@@ -46,7 +47,8 @@ def main() -> None:
 
         tp = acc.torch_device_mesh["tp"]
         parallelize_module(model, tp, resolve(model, model_plan(model), tp.size()))
-    dp = acc.num_processes // ((mesh or {}).get("tp_size", 1))
+    cp = (mesh or {}).get("cp_size", 1)
+    dp = acc.num_processes // ((mesh or {}).get("tp_size", 1) * cp)
     loader = torch.utils.data.DataLoader(Tokens(), batch_size=spec["global_batch"] // dp)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model, optimizer, loader = acc.prepare(model, optimizer, loader)
@@ -56,8 +58,18 @@ def main() -> None:
     for step, batch in enumerate(loader):
         if step == spec["steps"]:
             break
-        loss = model(**batch).loss
-        acc.backward(loss)
+        if cp > 1:  # Accelerate's context-parallel step: labels shifted before the split, the split open to backward
+            batch["shift_labels"] = torch.nn.functional.pad(batch["labels"][:, 1:], (0, 1), value=-100)
+            # the whole sequence's token count over cp: the cp ranks' mean is then the token mean, as DDP's
+            items = (batch["shift_labels"] != -100).sum() / cp
+            buffers = [batch["input_ids"], batch["labels"], batch["shift_labels"]]
+            with acc.maybe_context_parallel(buffers=buffers, buffer_seq_dims=[1, 1, 1],
+                                            no_restore_buffers=set(buffers)):
+                loss = model(**batch, num_items_in_batch=items).loss
+                acc.backward(loss)
+        else:
+            loss = model(**batch).loss
+            acc.backward(loss)
         if spec.get("clip"):
             acc.clip_grad_norm_(model.parameters(), spec["clip"])
         optimizer.step()

@@ -42,12 +42,15 @@ from hpc.runtime.process_state import (
     check_not_reset,
     distributed_type_of,
 )
+from hpc.runtime.rank_logging import get_logger
 from hpc.runtime.resilience.run_guard import RunGuard
 from hpc.runtime.strategies import choose, ddp
 from hpc.runtime.trackers import Trackers
 from hpc.runtime.training_state import TrainingState
 
 __all__ = ["Accelerator", "ResumeInfo"]
+
+_logger = get_logger(__name__)
 
 
 def _read(path: str, doc: str | None = None) -> property:
@@ -192,6 +195,17 @@ class Accelerator:
     def should_save_model(self) -> bool:
         return True
 
+    # this process's place along each mesh dimension (0 where it is not split), as Accelerate's
+    tensor_parallel_rank = property(lambda self: self._mesh_rank("tp"))
+    context_parallel_rank = property(lambda self: self._mesh_rank("cp"))
+    data_parallel_rank = property(lambda self: self._mesh_rank("dp_replicate"))
+    data_parallel_shard_rank = property(lambda self: self._mesh_rank("dp_shard"))
+
+    def _mesh_rank(self, dim: str) -> int:
+        if self.parallelism_config is None:
+            raise HpcError(f"the {dim} rank needs a ParallelismConfig", fix="Accelerator(parallelism_config=...)")
+        return self.parallelism_config.rank_in(dim)
+
     # --- prepare ----------------------------------------------------------------------------------
     def prepare(self, *objects: Any):
         """Models, optimizers, dataloaders and schedulers, in any order; returned in the same order."""
@@ -268,6 +282,16 @@ class Accelerator:
 
     def no_sync(self, model: torch.nn.Module):
         return self.strategy.no_sync(model)
+
+    def maybe_context_parallel(self, buffers=None, buffer_seq_dims=None, no_restore_buffers=None):
+        """One step's sequences split over the mesh's cp ranks while the block runs (hpc.runtime.context_parallel):
+        the buffers become this rank's part of themselves, and are given back whole at the end unless named in
+        no_restore_buffers. Without cp_size > 1 it does nothing and says so once, as Accelerate's."""
+        split = getattr(self.strategy, "context_parallel", None)
+        if split is None:
+            _logger.warning_once("maybe_context_parallel() does nothing without ParallelismConfig(cp_size > 1)")
+            return contextlib.nullcontext()
+        return split.split(buffers, buffer_seq_dims, no_restore_buffers)
 
     def autocast(self, autocast_handler: AutocastKwargs | None = None):
         return self.precision.autocast(autocast_handler)

@@ -28,9 +28,18 @@ class TorchTensorParallelConfig:
 
 @dataclass
 class TorchContextParallelConfig:
-    """Accelerate's context-parallel handler (cp_size > 1)."""
+    """Accelerate's context-parallel handler (cp_size > 1). cp_comm_strategy: how torch's ring attention passes the
+    keys and values around on CUDA ("allgather" or "alltoall"); PARALLELISM_CONFIG_CP_COMM_STRATEGY, else
+    "allgather"."""
 
-    cp_comm_strategy: str = "allgather"
+    cp_comm_strategy: str | None = None
+
+    def __post_init__(self):
+        if self.cp_comm_strategy is None:
+            self.cp_comm_strategy = os.environ.get("PARALLELISM_CONFIG_CP_COMM_STRATEGY", "allgather")
+        if self.cp_comm_strategy not in ("allgather", "alltoall"):
+            raise HpcError(f"cp_comm_strategy {self.cp_comm_strategy!r} is not one torch's context parallelism has",
+                           fix="use 'allgather' or 'alltoall'")
 
 
 @dataclass
@@ -63,19 +72,37 @@ class ParallelismConfig:
     dp_shard_size: int | None = None
     tp_size: int | None = None
     cp_size: int | None = None
+    cp_backend: str | None = None
+    sp_size: int | None = None  # DeepSpeed's Ulysses sequence parallelism: accepted at 1 (settings.parallelism_of)
+    sp_backend: str | None = None
     tp_handler: TorchTensorParallelConfig | None = None
     cp_handler: TorchContextParallelConfig | None = None
+    sp_handler: object = None
 
     device_mesh = None  # built once the job's ranks are known (build_device_mesh)
     shard_the_rest = False  # made from torch_tp_plugin: dp_shard takes the ranks tensor parallelism leaves
 
     def __post_init__(self):
-        for name in DIMS:
+        for name in (*DIMS, "sp"):
             setattr(self, f"{name}_size", _size(getattr(self, f"{name}_size"), name))
+        if self.cp_backend is None:
+            self.cp_backend = os.environ.get("PARALLELISM_CONFIG_CP_BACKEND", "torch")
+        if self.cp_backend != "torch":
+            raise HpcError(f"ParallelismConfig(cp_backend={self.cp_backend!r}): context parallelism runs on torch's",
+                           fix="use cp_backend='torch'")
+        if self.sp_backend is None:
+            self.sp_backend = os.environ.get("PARALLELISM_CONFIG_SP_BACKEND", "deepspeed")
         if self.tp_size > 1 and self.tp_handler is None:
             self.tp_handler = TorchTensorParallelConfig()
         if self.cp_size > 1 and self.cp_handler is None:
             self.cp_handler = TorchContextParallelConfig()
+        if self.cp_handler is not None and not isinstance(self.cp_handler, TorchContextParallelConfig):
+            raise HpcError(f"ParallelismConfig(cp_handler=...) is a {type(self.cp_handler).__name__}",
+                           fix="give a TorchContextParallelConfig (from hpc.utils)")
+        if self.cp_size > 1 and self.sp_size > 1:
+            raise HpcError(f"ParallelismConfig: context parallelism (cp_size {self.cp_size}) and sequence "
+                           f"parallelism (sp_size {self.sp_size}) each split the sequence; they cannot be composed",
+                           fix="set one of them to 1")
         if (self.tp_size > 1 or self.cp_size > 1) and self.dp_replicate_size > 1 and self.dp_shard_size == 1:
             raise HpcError("ParallelismConfig: tensor/context parallelism cannot be composed with pure data "
                            "parallelism (dp_replicate_size > 1, dp_shard_size 1)",
@@ -161,9 +188,23 @@ class ParallelismConfig:
 
     def submesh(self, *names: str):
         """A mesh dimension (or several of the root's) by name; Accelerate's joint names are kept flattened."""
-        if len(names) == 1 and names[0] in getattr(self, "_joint", {}):
-            return self._joint[names[0]]
-        return self.device_mesh[names if len(names) > 1 else names[0]]
+        joint = getattr(self, "_joint", {})
+        if not any(name in joint for name in names):
+            return self.device_mesh[names if len(names) > 1 else names[0]]
+        if len(names) == 1:
+            return joint[names[0]]
+        # (dp_replicate, dp_shard_cp) for HSDP under cp: slicing a flattened name from the root is deprecated, so
+        # the pieces are joined as torch's own mesh bookkeeping joins them
+        from torch.distributed.device_mesh import DeviceMesh
+
+        return DeviceMesh._concatenate([joint[n] if n in joint else self.device_mesh[n] for n in names])
+
+    def rank_in(self, name: str) -> int:
+        """This process's place along one mesh dimension; 0 where the dimension is not split (as Accelerate's
+        tensor_parallel_rank and kin)."""
+        if not self._enabled(name) or self.device_mesh is None:
+            return 0
+        return self.device_mesh.get_local_rank(name)
 
     def get_device_mesh(self, device_type: str | None = None):
         if self.device_mesh is None:

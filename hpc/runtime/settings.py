@@ -272,9 +272,10 @@ def parallelism_of(config, tp_plugin) -> tuple[Any, dict | None]:
             config = ParallelismConfig(tp_size=tp_plugin.tp_size)
             config.shard_the_rest = True
         config.tp_size, tp_plan = tp_plugin.tp_size, tp_plugin.tp_plan
+    if config is not None and config.sp_size > 1:
+        raise HpcError(f"ParallelismConfig sp_size {config.sp_size}: sequence parallelism (DeepSpeed's Ulysses) is "
+                       "not built into hpc", fix=f"use cp_size={config.sp_size} (context parallelism also splits "
+                       "the sequence over ranks) with sp_size 1")
     if config is None or not (config.tp_enabled or config.cp_enabled or config.dp_shard_enabled):
         return None, tp_plan
-    if config.cp_enabled:
-        raise HpcError(f"ParallelismConfig cp_size {config.cp_size}: context parallelism is not built into hpc yet",
-                       fix="use tp_size and dp_shard_size; cp_size 1")
     return config, tp_plan

@@ -38,6 +38,11 @@ class FSDPStrategy(Strategy):
         self.plugin = plugin or FullyShardedDataParallelPlugin()
         self.parallelism, self.tp_plan = parallelism, tp_plan
         self.device_mesh = parallelism.get_device_mesh(state.device.type) if parallelism is not None else None
+        self.context_parallel = None
+        if parallelism is not None and parallelism.cp_enabled:
+            from hpc.runtime.context_parallel import ContextParallel
+
+            self.context_parallel = ContextParallel(parallelism, state.device.type)
         self._new_params: dict[int, torch.nn.Parameter] = {}  # id(original parameter) -> its sharded successor
         self._optimizers: list[torch.optim.Optimizer] = []
 
@@ -51,9 +56,10 @@ class FSDPStrategy(Strategy):
         return dp.size(), dp.get_local_rank()
 
     def mesh(self):
-        if self.device_mesh is not None:  # (dp_replicate x) dp_shard: HSDP or FSDP; None: tensor parallelism alone
-            names = self.parallelism.dp_dim_names  # cp is refused, so dp_shard_cp is dp_shard
-            return self.parallelism.submesh(*names) if names else None
+        if self.device_mesh is not None:  # (dp_replicate x) dp_shard x cp: HSDP or FSDP; None: tensor parallelism alone
+            config = self.parallelism
+            names = config.fsdp_dim_names if config.cp_enabled else config.dp_dim_names  # cp 1: dp_shard_cp is dp_shard
+            return config.submesh(*names) if names else None
         env, kind = self.state.env, self.plugin.sharding_strategy
         device = self.state.device.type
         if kind == "NO_SHARD":
@@ -114,6 +120,8 @@ class FSDPStrategy(Strategy):
             model = model.to(self.state.device)
         if plugin.sync_module_states:
             self._broadcast_from_rank0(model)
+        if self.context_parallel is not None:
+            self.context_parallel.prepare_model(model)
         if self.device_mesh is not None and self.parallelism.tp_enabled and not _already_parallel(model):
             from hpc.runtime.strategies import tensor_parallel
 
