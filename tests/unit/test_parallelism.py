@@ -65,11 +65,13 @@ def test_a_torch_tp_plugin_shards_the_rest_with_fsdp():
     assert (config.tp_size, config.dp_shard_size) == (2, 4) and plan == {"x": "colwise"}
 
 
-def test_what_needs_no_mesh_is_left_to_ddp_and_context_parallelism_is_refused():
+def test_what_needs_no_mesh_is_left_to_ddp_and_sequence_parallelism_is_refused():
     assert settings.parallelism_of(ParallelismConfig(dp_replicate_size=4), None) == (None, None)
+    config = ParallelismConfig(cp_size=2)
+    assert settings.parallelism_of(config, None) == (config, None)  # context parallelism alone needs the mesh
     with pytest.raises(HpcError) as e:
-        settings.parallelism_of(ParallelismConfig(cp_size=2, dp_shard_size=2), None)
-    assert "context parallelism" in one_line(e)
+        settings.parallelism_of(ParallelismConfig(sp_size=2, dp_shard_size=2), None)
+    assert "sequence parallelism (DeepSpeed's Ulysses) is not built" in one_line(e) and "cp_size=2" in one_line(e)
 
 
 def tiny_llama(heads=4, kv=2):
