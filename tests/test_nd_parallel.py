@@ -1,6 +1,6 @@
 """N-D parallelism on 4 CPU ranks (gloo): a small transformers Llama, built plainly and given to prepare(), trained
-with tensor parallelism (its own tp_plan, applied by hpc) x FSDP2, and with HSDP, from Accelerate's
-ParallelismConfig. Every mesh takes the same global batch as DDP and must give DDP's losses, with clipped gradients;
+with tensor parallelism (its own tp_plan, applied by hpc) x FSDP2, with HSDP, and with context parallelism (each
+sequence split over 2 ranks, beside FSDP or tensor parallelism), from Accelerate's ParallelismConfig. Every mesh takes the same global batch as DDP and must give DDP's losses, with clipped gradients;
 checkpoints move between meshes through DCP; merge-weights writes one file of them."""
 
 import json
@@ -15,7 +15,9 @@ from tests.jobhelpers import launch_env
 
 WORKER = Path(__file__).parent / "nd_worker.py"
 MESHES = {"ddp": None, "tp2 x dp_shard2": {"tp_size": 2, "dp_shard_size": 2},
-          "hsdp 2 x 2": {"dp_replicate_size": 2, "dp_shard_size": 2}}
+          "hsdp 2 x 2": {"dp_replicate_size": 2, "dp_shard_size": 2},
+          "cp2 x dp_shard2": {"cp_size": 2, "dp_shard_size": 2}, "cp2 x tp2": {"cp_size": 2, "tp_size": 2}}
+SHARDS = {"tp2 x dp_shard2": 4, "hsdp 2 x 2": 2, "cp2 x dp_shard2": 4, "cp2 x tp2": 4}
 
 
 def _launch(folder: Path, spec: dict) -> dict:
@@ -36,16 +38,24 @@ def runs(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("name", ["tp2 x dp_shard2", "hsdp 2 x 2"])
+@pytest.mark.parametrize("name", list(SHARDS))
 def test_each_mesh_trains_as_ddp_on_the_same_global_batch(runs, name):
     ddp, mesh = runs["ddp"][0], runs[name][0]
     assert len(mesh["losses"]) == 3
     torch.testing.assert_close(torch.tensor(mesh["losses"]), torch.tensor(ddp["losses"]), rtol=1e-4, atol=0)
     # the gradients were clipped (0.05 is far below their norm), over every mesh's shards alike
     # each rank holds its share: a quarter under tp 2 x dp_shard 2 (norms are cut over dp_shard only), a half under
-    # HSDP, whose dp_replicate ranks hold the same shards
-    total, shards = mesh["total"], {"tp2 x dp_shard2": 4, "hsdp 2 x 2": 2}[name]
+    # HSDP, whose dp_replicate ranks hold the same shards; FSDP shards over cp's ranks too (dp_shard x cp)
+    total, shards = mesh["total"], SHARDS[name]
     assert sum(mesh["held"]) >= total and max(mesh["held"]) < total / shards * 1.05, mesh["held"]
+
+
+def test_a_context_parallel_checkpoint_loads_under_plain_fsdp(runs, tmp_path):
+    trained, folder = runs["cp2 x dp_shard2"]
+    there = _launch(tmp_path, {"mesh": {"dp_shard_size": 4}, "load": str(folder / "saved"), "steps": 0,
+                               "out": str(tmp_path / "dp4.pt")})
+    for name, weight in trained["weights"].items():
+        assert torch.equal(there["weights"][name], weight), name
 
 
 def test_a_checkpoint_moves_between_meshes_and_merges_into_one_file(runs, tmp_path):
