@@ -1,7 +1,8 @@
 """N-D parallelism on 4 CPU ranks (gloo): a small transformers Llama, built plainly and given to prepare(), trained
 with tensor parallelism (its own tp_plan, applied by hpc) x FSDP2, with HSDP, and with context parallelism (each
-sequence split over 2 ranks, beside FSDP or tensor parallelism), from Accelerate's ParallelismConfig. Every mesh takes the same global batch as DDP and must give DDP's losses, with clipped gradients;
-checkpoints move between meshes through DCP; merge-weights writes one file of them."""
+sequence split over 2 ranks, beside FSDP or tensor parallelism), from Accelerate's ParallelismConfig. Every mesh
+takes the same global batch as DDP and must give DDP's losses, with clipped gradients; checkpoints move between
+meshes through DCP; merge-weights writes one file of them."""
 
 import json
 import subprocess

@@ -201,6 +201,19 @@ class Accelerator:
     data_parallel_rank = property(lambda self: self._mesh_rank("dp_replicate"))
     data_parallel_shard_rank = property(lambda self: self._mesh_rank("dp_shard"))
 
+    @property
+    def pipeline_parallel_rank(self) -> int:
+        raise HpcError("pipeline_parallel_rank: hpc trains no pipeline stages (nor does Accelerate)",
+                       fix="use tensor_parallel_rank, context_parallel_rank or data_parallel_rank")
+
+    @property
+    def is_composable_parallelism_enabled(self) -> bool:
+        return self.is_fsdp2
+
+    def deepspeed_ulysses_dl_adapter(self, dl, model):
+        """Accelerate's hook for sequence parallelism's loaders: hpc refuses sp_size > 1, so the loader is kept."""
+        return dl
+
     def _mesh_rank(self, dim: str) -> int:
         if self.parallelism_config is None:
             raise HpcError(f"the {dim} rank needs a ParallelismConfig", fix="Accelerator(parallelism_config=...)")
