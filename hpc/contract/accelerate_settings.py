@@ -291,30 +291,77 @@ def _env_lines(ctx: _Context, name: str, value: Any) -> None:
 
 
 _TPU = refuse(None, False, "false", [], "", problem="is for TPUs; hpc runs CPUs and NVIDIA GPUs", fix="remove it")
-_MEGATRON = refuse(None, False, "false", problem="Megatron-LM is not supported by hpc",
-                   fix="use FSDP or DeepSpeed (distributed_type FSDP or DEEPSPEED)")
-_MESH_SIZES = ("dp_replicate", "dp_shard", "tp")  # the dimensions hpc builds (cp and sp sizes: 1 only)
+
+
+def _spelled(ctx: _Context, name: str, other: str) -> str:
+    """Another setting, written the way the user wrote this one: --flag on a command line, the key in a file."""
+    return f"--{other}" if ctx.spell(name).startswith("--") else other
+
+
+_MEGATRON_REFUSED = refuse(None, False, "false", problem="Megatron-LM is not supported by hpc",
+                           fix="use FSDP or DeepSpeed (distributed_type FSDP or DEEPSPEED)")
+# Megatron's sizes that a ParallelismConfig (with FSDP) builds too
+_MEGATRON_SIZES = {"tp_degree": "tp_size", "context_parallel_size": "cp_size"}
+
+
+def _megatron(ctx: _Context, name: str, value: Any) -> None:
+    setting = name
+    while setting.startswith("megatron_lm_"):  # a config file's megatron_lm_config keys carry the prefix already
+        setting = setting.removeprefix("megatron_lm_")
+    size = str(value).strip()
+    if setting in _MEGATRON_SIZES and size.isdigit() and int(size) > 1:
+        ctx.fail(name, value, "Megatron-LM is not supported by hpc",
+                 f"use {_spelled(ctx, name, 'parallelism_config_' + _MEGATRON_SIZES[setting])} {int(size)} with "
+                 "distributed_type FSDP (ParallelismConfig over FSDP2)")
+    _MEGATRON_REFUSED(ctx, name, value)
+
+
+_MEGATRON = _megatron
+_MESH_SIZES = ("dp_replicate", "dp_shard", "tp", "cp")  # the dimensions hpc builds (sp size: 1 only)
+# the context-parallel settings the job's ParallelismConfig reads (hpc.runtime.parallelism), and their values
+_CP_CHOICES = {"cp_comm_strategy": ("allgather", "alltoall"), "cp_backend": ("torch",)}
 
 
 def _parallelism(ctx: _Context, name: str, value: Any) -> None:
-    """`--use_parallelism_config`, `--parallelism_config_tp_size 2`, ...: the variables Accelerate's launcher sets
-    for every process, which ParallelismConfig() reads (hpc.runtime.parallelism)."""
+    """`--use_parallelism_config`, `--parallelism_config_tp_size 2`, `--parallelism_config_cp_size 2`, ...: the
+    variables Accelerate's launcher sets for every process, which ParallelismConfig() reads
+    (hpc.runtime.parallelism). sp_size > 1 (DeepSpeed Ulysses) is refused; its other settings are noted."""
     env = dict(ctx.out.values.get("env") or {})
+    setting = name.removeprefix("parallelism_config_")
     if name == "use_parallelism_config":
         if _bool(ctx, name, value):
             env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true"
-    else:
-        dim = name.removeprefix("parallelism_config_").removesuffix("_size")
-        if not name.endswith("_size"):
-            ctx.note(name, value, "not used by hpc (context and sequence parallelism are not built in)")
+    elif setting in _CP_CHOICES:
+        choice, allowed = str(value).strip().lower(), _CP_CHOICES[setting]
+        if value is None or not choice:  # not said (a config file's null): the job's default
             return
+        if choice not in allowed:
+            problem = ("is not a strategy torch's context parallelism has" if setting == "cp_comm_strategy" else
+                       "is not a context-parallel backend hpc runs (it runs torch's)")
+            ctx.fail(name, value, problem, f"use {' or '.join(allowed)}")
+        env[f"PARALLELISM_CONFIG_{setting.upper()}"] = choice
+    elif setting == "sp_size":
         size = _int(ctx, name, value)
         if size < 1:
             ctx.fail(name, value, "must be 1 or more", "write e.g. 2")
-        if dim not in _MESH_SIZES:
+        if size > 1:
+            ctx.fail(name, value, "sequence parallelism (DeepSpeed Ulysses) is not built into hpc",
+                     f"use {_spelled(ctx, name, 'parallelism_config_cp_size')} {size} instead (context parallelism "
+                     "also splits the sequence over ranks), with sp_size 1")
+        return
+    elif not setting.endswith("_size"):
+        ctx.note(name, value, "not used by hpc (sequence parallelism, DeepSpeed Ulysses, is not built in; "
+                              "cp_size splits the sequence)")
+        return
+    else:
+        dim = setting.removesuffix("_size")
+        size = _int(ctx, name, value)
+        if size < 1:
+            ctx.fail(name, value, "must be 1 or more", "write e.g. 2")
+        if dim not in _MESH_SIZES:  # a dimension hpc does not build: harmless at 1
             if size > 1:
-                ctx.fail(name, value, "context and sequence parallelism are not built into hpc yet",
-                         "use the tp and dp_shard sizes")
+                ctx.fail(name, value, "is not a dimension hpc's ParallelismConfig builds",
+                         "use the dp_replicate, dp_shard, tp and cp sizes")
             return
         env[f"PARALLELISM_CONFIG_{dim.upper()}_SIZE"] = str(size)
         env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true"
