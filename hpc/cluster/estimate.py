@@ -16,6 +16,10 @@ Activations: the per-layer transformer estimate of Korthikanti et al. (2022) whe
   gradient and moments by tp before FSDP shards them over dp_shard = world / (tp x dp_replicate); HSDP's
   dp_replicate ranks hold the same shards. Activations under tp follow the same paper without sequence
   parallelism: s b h (10 + 24 / tp + 5 a s / (h tp)) a layer, the layer norms' and dropouts' part left whole.
+  Context parallelism over `cp` ranks cuts each sequence in cp parts: a rank keeps s / cp tokens' activations
+  (its queries attend to all s keys, so the attention term divides by cp too), every term divided by cp. Its
+  ranks are part of FSDP's shard group (dp_shard x cp = world / (tp x dp_replicate)), so the state per rank is
+  what FSDP over the same ranks holds.
 
 Per-dtype sizes (`--dtypes`) follow `accelerate estimate-memory` instead, so that its numbers can be compared
 one to one: see dtype_sizes.
@@ -72,12 +76,13 @@ class Shape:
     heads: int = 0
     checkpointing: bool = False
 
-    def activation_bytes(self, precision_bytes: int, tp: int = 1) -> int:
+    def activation_bytes(self, precision_bytes: int, tp: int = 1, cp: int = 1) -> int:
         s, b, h, L = self.seq_len, self.batch_size, self.hidden_size, self.layers
+        local = s / cp  # context parallelism: the rank's part of the sequence (its queries see all s keys)
         attention = 5 * self.heads * s / h if self.heads else 0
-        layer = s * b * h * (10 + 24 / tp + attention / tp)  # tp 1: the paper's 34 + 5 a s / h
+        layer = local * b * h * (10 + 24 / tp + attention / tp)  # tp 1, cp 1: the paper's 34 + 5 a s / h
         if self.checkpointing:  # only each layer's input is kept; one layer is recomputed at a time
-            return int((2 * s * b * h * L + layer) * precision_bytes / 2)
+            return int((2 * local * b * h * L + layer) * precision_bytes / 2)
         return int(layer * L * precision_bytes / 2)
 
 
@@ -98,21 +103,23 @@ def parse_count(text: str | int | float) -> int:
 MESH_STRATEGIES = ("fsdp_grad_op", "fsdp", "fsdp_offload")  # what a ParallelismConfig composes with
 
 
-def mesh_label(strategy: str, tp: int, dp_replicate: int) -> str:
+def mesh_label(strategy: str, tp: int, dp_replicate: int, cp: int = 1) -> str:
     parts = [f"tp {tp}"] if tp > 1 else []
+    parts += [f"cp {cp}"] if cp > 1 else []
     parts += [f"replicate {dp_replicate}"] if dp_replicate > 1 else []
     return f"{strategy} ({', '.join(parts)})" if parts else strategy
 
 
 def estimate(num_params: int, strategy: str, *, precision: str = "no", world_size: int = 1,
-             shape: Shape | None = None, tp: int = 1, dp_replicate: int = 1) -> Estimate:
+             shape: Shape | None = None, tp: int = 1, dp_replicate: int = 1, cp: int = 1) -> Estimate:
     if strategy not in STRATEGIES:
         raise HpcError(f"strategy {strategy!r} is not known", fix=f"use one of {', '.join(STRATEGIES)}")
-    if (tp > 1 or dp_replicate > 1) and strategy not in MESH_STRATEGIES:
-        raise HpcError(f"{strategy} with tp {tp} x replicate {dp_replicate}: a mesh composes with FSDP2 only",
+    mesh = f"tp {tp} x cp {cp} x replicate {dp_replicate}" if cp != 1 else f"tp {tp} x replicate {dp_replicate}"
+    if (tp > 1 or cp > 1 or dp_replicate > 1) and strategy not in MESH_STRATEGIES:
+        raise HpcError(f"{strategy} with {mesh}: a mesh composes with FSDP2 only",
                        fix=f"use {', '.join(MESH_STRATEGIES)}")
-    if tp < 1 or dp_replicate < 1 or world_size % (tp * dp_replicate):
-        raise HpcError(f"tp {tp} x replicate {dp_replicate} does not divide {world_size} GPU(s)",
+    if tp < 1 or cp < 1 or dp_replicate < 1 or world_size % (tp * cp * dp_replicate):
+        raise HpcError(f"{mesh} does not divide {world_size} GPU(s)",
                        fix="give sizes whose product divides the world size")
     if precision not in PRECISIONS:
         raise HpcError(f"precision {precision!r} is not known", fix="use no, bf16 or fp16")
@@ -132,16 +139,17 @@ def estimate(num_params: int, strategy: str, *, precision: str = "no", world_siz
         params, grads, opt = b * P, b * P / N, (adam + master) / N
     elif base == "zero3":
         params, grads, opt = b * P / N, b * P / N, (adam + master) / N
-    else:  # fsdp, fsdp_grad_op: fp32 shards of everything, over dp_shard after tp cut it
-        shards = tp * (N // (tp * dp_replicate))
+    else:  # fsdp, fsdp_grad_op: fp32 shards of everything, over dp_shard x cp after tp cut it
+        shards = tp * (N // (tp * dp_replicate))  # tp x (dp_shard x cp): cp's ranks are in FSDP's shard group
         params, grads, opt = 4 * P / shards, 4 * P / shards, adam / shards
     host = 0
     if offload:
         host, opt = opt, 0
         if base in ("zero3", "fsdp"):  # weights and gradients live on the host too; the GPU sees a layer at a time
             host, params, grads = host + params + grads, 0, 0
-    activations = shape.activation_bytes(b, tp) if shape else 0
-    return Estimate(mesh_label(strategy, tp, dp_replicate), int(params), int(grads), int(opt), activations, int(host))
+    activations = shape.activation_bytes(b, tp, cp) if shape else 0
+    return Estimate(mesh_label(strategy, tp, dp_replicate, cp), int(params), int(grads), int(opt), activations,
+                    int(host))
 
 
 def cheapest_fit(estimates: list[Estimate], capacity: int) -> Estimate | None:
