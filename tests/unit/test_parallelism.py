@@ -1,6 +1,10 @@
 """ParallelismConfig's names, defaults and checks (Accelerate's), the tensor-parallel plan, and what is refused in
 one line (the meshes themselves train in tests/test_nd_parallel.py)."""
 
+import json
+import subprocess
+import sys
+
 import pytest
 import torch
 import transformers
@@ -102,6 +106,9 @@ def test_a_plan_hpc_cannot_apply_is_one_line():
 @pytest.mark.parametrize("plugin,words", [
     ({"tp_degree": 2, "pp_degree": 2}, "pipeline-parallel training"),
     ({"tp_degree": 4, "recompute_activations": True}, "ParallelismConfig(tp_size=4, dp_shard_size=...)"),
+    ({"tp_degree": 2, "context_parallel_size": 4}, "ParallelismConfig(tp_size=2, cp_size=4, dp_shard_size=...)"),
+    ({"context_parallel_size": 2}, "ParallelismConfig(cp_size=2, dp_shard_size=...)"),
+    ({"context_parallel_size": 2, "pp_degree": 2}, "ParallelismConfig(cp_size=2, dp_shard_size=...)"),
 ])
 def test_a_megatron_config_gets_one_line_naming_what_to_use(plugin, words):
     with pytest.raises(HpcError) as e:
@@ -133,10 +140,64 @@ def test_an_accelerate_config_files_parallelism_section_is_read(tmp_path):
     assert "export PARALLELISM_CONFIG_TP_SIZE=2" in done.stdout
 
 
+def test_accelerates_context_parallel_flags_reach_every_process(tmp_path):
+    done = render(tmp_path, "--parallelism_config_cp_size", "2", "--parallelism-config-dp-shard-size", "2",
+                  "--parallelism_config_cp_comm_strategy", "alltoall", "--parallelism_config_cp_backend", "torch",
+                  "--parallelism_config_sp_size", "1")
+    assert done.returncode == 0, done.stderr
+    for line in ("export PARALLELISM_CONFIG_CP_SIZE=2", "export PARALLELISM_CONFIG_DP_SHARD_SIZE=2",
+                 "export PARALLELISM_CONFIG_CP_COMM_STRATEGY=alltoall", "export PARALLELISM_CONFIG_CP_BACKEND=torch",
+                 "export ACCELERATE_USE_PARALLELISM_CONFIG=true"):
+        assert line in done.stdout
+    assert "PARALLELISM_CONFIG_SP_SIZE" not in done.stdout and "hpc: note" not in done.stderr
+
+
+def cp_config(tmp_path, cp_size):
+    (tmp_path / "acc.yaml").write_text(
+        "distributed_type: FSDP\nparallelism_config:\n  parallelism_config_dp_shard_size: 2\n"
+        f"  parallelism_config_cp_size: {cp_size}\n  parallelism_config_cp_comm_strategy: allgather\n"
+        "  parallelism_config_sp_backend: deepspeed\n")
+    return str(tmp_path / "acc.yaml")
+
+
+def test_a_config_files_context_parallel_keys_are_read_and_its_sequence_parallel_keys_noted(tmp_path):
+    done = render(tmp_path, "--config_file", cp_config(tmp_path, 2))
+    assert done.returncode == 0, done.stderr
+    assert ("export PARALLELISM_CONFIG_CP_SIZE=2" in done.stdout
+            and "export PARALLELISM_CONFIG_CP_COMM_STRATEGY=allgather" in done.stdout)
+    assert "parallelism_config.parallelism_config_sp_backend=deepspeed: not used by hpc" in done.stderr
+
+
+@pytest.mark.parametrize("nodes,nproc,words", [
+    ("2", "2", None),  # dp_shard 2 x cp 2: the job's 4 processes
+    ("1", "2", "dp_shard 2 x cp 2 needs 4 processes; the job has 2 (1 node(s) x 2)"),
+    ("4", "1", "tp x cp = 2 does not divide a node's 1 processes"),
+])
+def test_submit_dry_run_checks_a_config_files_cp_size_against_the_jobs_processes(tmp_path, nodes, nproc, words):
+    from tests.unit.test_accelerate_compat import hpc
+
+    (tmp_path / "t.py").write_text("")
+    done = hpc(tmp_path, "submit", "--dry-run", "-p", "slurm-local", "-N", nodes, "--nproc", nproc,
+               "--config_file", cp_config(tmp_path, 2), "t.py")
+    if words is None:
+        assert done.returncode == 0 and "export PARALLELISM_CONFIG_CP_SIZE=2" in done.stdout, done.stderr
+    else:
+        errors = [line for line in done.stderr.splitlines() if "error" in line]
+        assert done.returncode == 2 and len(errors) == 1 and words in errors[0], done.stderr
+
+
 @pytest.mark.parametrize("args,words", [
     (["--parallelism_config_tp_size", "4"], "tp x cp = 4 does not divide a node's 2 processes"),
     (["--parallelism_config_tp_size", "2"], "tp 2 needs 2 processes; the job has 4 (2 node(s) x 2)"),
-    (["--parallelism_config_cp_size", "2"], "context and sequence parallelism are not built into hpc"),
+    (["--parallelism_config_cp_size", "4"], "tp x cp = 4 does not divide a node's 2 processes"),
+    (["--parallelism_config_cp_size", "2", "--parallelism_config_tp_size", "2"], "cp 2 x tp 2: tp x cp = 4"),
+    (["--parallelism_config_cp_size", "0"], "must be 1 or more"),
+    (["--parallelism_config_cp_comm_strategy", "ring"], "is not a strategy torch's context parallelism has; "
+                                                        "fix: use allgather or alltoall"),
+    (["--parallelism_config_cp_backend", "deepspeed"], "fix: use torch"),
+    (["--parallelism_config_sp_size", "2"], "sequence parallelism (DeepSpeed Ulysses) is not built into hpc; "
+                                            "fix: use --parallelism_config_cp_size 2 instead"),
+    (["--megatron_lm_context_parallel_size", "2"], "fix: use --parallelism_config_cp_size 2 with distributed_type"),
     (["--parallelism_config_tp_size", "0"], "must be 1 or more"),
 ])
 def test_sizes_that_do_not_fit_the_job_are_one_line_before_anything_is_queued(tmp_path, args, words):
@@ -162,3 +223,50 @@ def test_estimate_memory_per_rank_under_a_mesh():
         est.estimate(10**9, "zero3", world_size=8, tp=2)
     with pytest.raises(HpcError, match="does not divide 6"):
         est.estimate(10**9, "fsdp", world_size=6, tp=4)
+
+
+def test_estimate_memory_per_rank_under_context_parallelism():
+    from hpc.cluster import estimate as est
+
+    shape = est.Shape(batch_size=1, seq_len=32768, hidden_size=4096, layers=32, heads=32)
+    plain = est.estimate(8 * 10**9, "fsdp", precision="bf16", world_size=16, shape=shape)
+    cp2 = est.estimate(8 * 10**9, "fsdp", precision="bf16", world_size=16, shape=shape, cp=2)
+    cp4 = est.estimate(8 * 10**9, "fsdp", precision="bf16", world_size=16, shape=shape, cp=4)
+    # the sequence is cut in cp parts: each rank keeps its part's activations, the attention term included
+    assert cp2.activations * 2 == plain.activations and cp4.activations * 4 == plain.activations
+    # cp's ranks are in FSDP's shard group (dp_shard x cp): the state per rank is plain FSDP's over 16 ranks
+    assert (cp2.params, cp2.grads, cp2.optimizer) == (plain.params, plain.grads, plain.optimizer)
+    both = est.estimate(8 * 10**9, "fsdp", precision="bf16", world_size=16, shape=shape, tp=2, cp=2)
+    tp = est.estimate(8 * 10**9, "fsdp", precision="bf16", world_size=16, shape=shape, tp=2)
+    assert both.state_bytes == plain.state_bytes and both.activations * 2 == tp.activations
+    checkpointed = est.Shape(1, 32768, 4096, 32, 32, checkpointing=True)
+    assert (est.estimate(10**9, "fsdp", world_size=8, shape=checkpointed, cp=2).activations * 2
+            == est.estimate(10**9, "fsdp", world_size=8, shape=checkpointed).activations)
+    assert cp2.strategy == "fsdp (cp 2)" and both.strategy == "fsdp (tp 2, cp 2)"
+    with pytest.raises(HpcError, match="zero3 with tp 1 x cp 2 x replicate 1: a mesh composes with FSDP2 only"):
+        est.estimate(10**9, "zero3", world_size=8, cp=2)
+    with pytest.raises(HpcError, match="tp 2 x cp 4 x replicate 1 does not divide 12 GPU"):
+        est.estimate(10**9, "fsdp", world_size=12, tp=2, cp=4)
+
+
+def test_estimate_memory_cp_flag():
+    from click.testing import CliRunner
+
+    from hpc.cli.estimate_cmd import estimate_memory
+
+    def run(*args):
+        return CliRunner().invoke(estimate_memory, ["8B", "--world-size", "16", "--batch-size", "1", "--seq-len",
+                                                    "8192", "--hidden-size", "4096", "--layers", "32", "--json",
+                                                    *args])
+
+    plain, cp = run("--strategy", "fsdp"), run("--cp-size", "2")
+    assert plain.exit_code == 0 and cp.exit_code == 0, (plain.output, cp.output)
+    plain_fsdp = json.loads(plain.output)["strategies"][0]
+    rows = {row["strategy"]: row for row in json.loads(cp.output)["strategies"]}
+    assert list(rows) == ["fsdp_grad_op (cp 2)", "fsdp (cp 2)", "fsdp_offload (cp 2)"]
+    assert rows["fsdp (cp 2)"]["activations"] * 2 == plain_fsdp["activations"]
+    assert rows["fsdp (cp 2)"]["state_bytes"] == plain_fsdp["state_bytes"]
+    bad = subprocess.run([sys.executable, "-m", "hpc", "estimate-memory", "8B", "--world-size", "6", "--cp", "4"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "tp 1 x cp 4 x replicate 1 does not divide 6 GPU(s)" in bad.stderr
