@@ -114,6 +114,45 @@ WORKER = textwrap.dedent("""
 """)
 
 
+UNEVEN = textwrap.dedent("""
+    import json, sys
+    import torch
+    from hpc import Accelerator, DataLoaderConfiguration
+
+    acc = Accelerator(dataloader_config=DataLoaderConfiguration(even_batches=False))
+    torch.manual_seed(3)
+    model = acc.prepare(torch.nn.Linear(8, 1))
+    opt = acc.prepare(torch.optim.SGD(model.parameters(), lr=0.05))
+    x = torch.randn(50, 8)
+    loader = acc.prepare(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)),
+                                                     batch_size=4))
+    taken = 0
+    with acc.join_uneven_inputs([model]):
+        for xb, yb in loader:
+            acc.backward(torch.nn.functional.mse_loss(model(xb), yb))
+            opt.step()
+            opt.zero_grad()
+            taken += 1
+    out = [acc.gather(torch.tensor([taken])).tolist(), acc.gather(model.module.weight.detach()).tolist(),
+           acc.should_stop]
+    if acc.is_main_process:
+        json.dump(out, open(sys.argv[1], "w"))
+""")
+
+
+def test_uneven_batches_join_without_pairing_hpcs_stop_vote_with_ddps_shadow_collectives(tmp_path):
+    # 13 batches over 3 ranks: rank 0 takes 5, the others 4 and then run DDP's shadow collectives only; a stop vote
+    # of rank 0's paired with one of them (a wrong-sized all-reduce: gloo aborted the job)
+    (tmp_path / "uneven.py").write_text(UNEVEN)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "SLURM_", "HPC_", "ACCELERATE_"))}
+    proc = subprocess.run([sys.executable, "-m", "hpc", "launch", "--nproc", "3", "uneven.py", "out.json"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    counts, weights, stop = json.loads((tmp_path / "out.json").read_text())
+    assert counts == [5, 4, 4] and weights[0] == weights[1] == weights[2] and stop is False
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("methods")

@@ -14,6 +14,7 @@ the GPU's queued work.
 from __future__ import annotations
 
 import collections
+import contextlib
 import weakref
 
 import torch
@@ -35,13 +36,25 @@ class StopVote:
         self.agreed = 0
         self._pending: collections.deque = collections.deque()
         self._group = None
+        self._held = 0
         _votes.add(self)
         if distributed and backend is not None and "gloo" not in backend:
             self._group = dist.new_group(backend="gloo")  # every rank, at the same point: the Accelerator's start
 
+    @contextlib.contextmanager
+    def held_back(self):
+        """No votes inside the block (join_uneven_inputs: a rank out of batches runs DDP's shadow collectives only,
+        so a vote of the others would pair with one of them or wait for it forever). A stop signal that came
+        meanwhile is kept by the signal watch and goes out with the next vote after the block."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+
     def cast(self, code: int) -> None:
         """At a point every rank reaches in the same order: send this rank's reason to stop (0: none)."""
-        if not self.distributed:
+        if not self.distributed or self._held:
             return
         while self._pending and (len(self._pending) >= _MAX_PENDING or self._pending[0][0].is_completed()):
             self._await_all_reduce()

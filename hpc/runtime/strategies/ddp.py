@@ -48,9 +48,11 @@ def sync_in_backward(model):
 
 
 @contextlib.contextmanager
-def join_uneven_inputs(joinables, data_parallel: bool, one_process: bool, loaders: list, even_batches: bool | None):
+def join_uneven_inputs(joinables, data_parallel: bool, one_process: bool, loaders: list, even_batches: bool | None,
+                       no_votes=None):
     """Ranks with fewer batches than others join the collectives of the ones still training (DDP's Join).
-    ``even_batches`` overrides the prepared map-style ``loaders``' setting inside the block."""
+    ``even_batches`` overrides the prepared map-style ``loaders``' setting inside the block; ``no_votes`` holds
+    hpc's stop votes back while it runs (the joined ranks cannot cast theirs)."""
     if not data_parallel:
         if not one_process:  # one process has nothing to join: no warning
             warnings.warn("join_uneven_inputs is only supported for multi-GPU and multi-CPU data parallelism "
@@ -65,5 +67,7 @@ def join_uneven_inputs(joinables, data_parallel: bool, one_process: bool, loader
             for loader in loaders:
                 if loader.batch_sampler is not None:
                     stack.enter_context(loader.even_batches_as(even_batches))
+        if no_votes is not None:
+            stack.enter_context(no_votes)
         stack.enter_context(Join(joinables))
         yield
