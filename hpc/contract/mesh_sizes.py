@@ -40,6 +40,10 @@ def check(env: dict, nodes: int, per_node: int, elastic: str | None, min_nodes: 
         raise HpcError(f"ParallelismConfig {shown} with min_nodes {min_nodes}: a mesh has a fixed number of ranks, "
                        "and a requeue may run the job on fewer nodes",
                        fix="drop --min-nodes, or the ParallelismConfig sizes")
+    if (mesh["tp"] > 1 or mesh["cp"] > 1) and mesh["dp_replicate"] > 1 and mesh["dp_shard"] == 1:
+        raise HpcError(f"ParallelismConfig {shown}: tensor/context parallelism cannot be composed with pure data "
+                       "parallelism (dp_replicate > 1, dp_shard 1)", fix="set dp_shard_size > 1 (FSDP x TP/CP), or "
+                       "dp_replicate and dp_shard both > 1 (HSDP x TP/CP)")
     world, total = nodes * per_node, mesh["dp_replicate"] * mesh["dp_shard"] * mesh["cp"] * mesh["tp"]
     if total != world:
         raise HpcError(f"ParallelismConfig {shown} needs {total} processes; the job has {world} ({nodes} node(s) x "

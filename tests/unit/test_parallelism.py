@@ -199,6 +199,8 @@ def test_submit_dry_run_checks_a_config_files_cp_size_against_the_jobs_processes
                                             "fix: use --parallelism_config_cp_size 2 instead"),
     (["--megatron_lm_context_parallel_size", "2"], "fix: use --parallelism_config_cp_size 2 with distributed_type"),
     (["--parallelism_config_tp_size", "0"], "must be 1 or more"),
+    (["--parallelism_config_cp_size", "2", "--parallelism_config_dp_replicate_size", "2"],
+     "cannot be composed with pure data parallelism"),  # as the runtime would refuse it, before the queue
 ])
 def test_sizes_that_do_not_fit_the_job_are_one_line_before_anything_is_queued(tmp_path, args, words):
     done = render(tmp_path, *args)
