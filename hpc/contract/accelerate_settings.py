@@ -161,6 +161,10 @@ def ignore(ctx: _Context, name: str, value: Any) -> None:
 
 def _distributed_type(ctx: _Context, name: str, value: Any) -> None:
     kind = str(getattr(value, "value", value)).strip().upper()
+    if kind == "MEGATRON_LM":
+        ctx.fail(name, value, "hpc does not drive Megatron-LM's own model classes and loop",
+                 "use FSDP with parallelism_config_tp_size / parallelism_config_cp_size (the same degrees on "
+                 "torch's tensor and context parallelism)")
     if kind not in _DISTRIBUTED:
         ctx.fail(name, value, "is a device or engine hpc does not run (it runs CPUs and NVIDIA GPUs)",
                  f"use one of {', '.join(_DISTRIBUTED)}")
@@ -503,8 +507,9 @@ def flatten(settings: dict) -> dict[str, tuple[str, Any]]:
     flat: dict[str, tuple[str, Any]] = {}
     for name, value in settings.items():
         if name in _NESTED_PREFIX and isinstance(value, dict):
-            for inner, v in value.items():
-                flat[_NESTED_PREFIX[name] + inner] = (f"{name}.{inner}", v)
+            prefix = _NESTED_PREFIX[name]
+            for inner, v in value.items():  # Accelerate writes megatron_lm_config's keys with their prefix
+                flat[inner if inner.startswith(prefix) else prefix + inner] = (f"{name}.{inner}", v)
         elif name in _NESTED_PREFIX and value in (None, {}):
             continue
         else:

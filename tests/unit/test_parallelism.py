@@ -272,3 +272,16 @@ def test_estimate_memory_cp_flag():
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert "tp 1 x cp 4 x replicate 1 does not divide 6 GPU(s)" in bad.stderr
+
+
+@pytest.mark.parametrize("kind,words", [
+    ("MEGATRON_LM", "distributed_type = 'MEGATRON_LM': hpc does not drive Megatron-LM's own model classes"),
+    # the keys Accelerate writes under megatron_lm_config carry their prefix: read once, not as megatron_lm_megatron_
+    ("FSDP", "megatron_lm_config.megatron_lm_tp_degree = 2: Megatron-LM is not supported by hpc; fix: use "
+             "parallelism_config_tp_size 2"),
+])
+def test_an_accelerate_megatron_config_file_is_answered_with_the_parallelism_config_keys(tmp_path, kind, words):
+    (tmp_path / "acc.yaml").write_text(f"distributed_type: {kind}\nmegatron_lm_config:\n  megatron_lm_tp_degree: 2\n"
+                                       "  megatron_lm_context_parallel_size: 2\n")
+    done = render(tmp_path, "--config_file", str(tmp_path / "acc.yaml"))
+    assert done.returncode == 2 and words in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
