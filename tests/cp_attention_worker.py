@@ -49,11 +49,25 @@ def refusal(acc, what: str) -> str:
     return "accepted"
 
 
+def torch_ring_cuts_as_hpc_numbers(acc) -> bool:
+    """On CUDA the buffers are split by torch's context_parallel; the positions hpc hands the model must be the
+    ones torch's load balancer gave this rank (checked here up to the attention, which torch runs on CUDA only)."""
+    split = acc.strategy.context_parallel
+    split.ring, ids = True, torch.arange(32).reshape(2, 16)
+    try:
+        with acc.maybe_context_parallel(buffers=[ids], buffer_seq_dims=[1]):
+            expected = sequence_shards.positions(16, 2, acc.context_parallel_rank)
+            return torch.equal(split.forwards.positions, expected) and torch.equal(ids[0], expected)
+    finally:
+        split.ring = False
+
+
 def main() -> None:
     acc = Accelerator(parallelism_config=ParallelismConfig(cp_size=2))
     found = {"gqa causal": split_against_whole(acc, 2, True), "mha causal": split_against_whole(acc, 4, True),
              "mha full": split_against_whole(acc, 4, False), "mask": refusal(acc, "mask"),
-             "no attention": refusal(acc, "model"), "ranks": [acc.context_parallel_rank, acc.tensor_parallel_rank]}
+             "no attention": refusal(acc, "model"), "torch's cut": torch_ring_cuts_as_hpc_numbers(acc),
+             "ranks": [acc.context_parallel_rank, acc.tensor_parallel_rank]}
     ranks = acc.gather(torch.tensor([acc.context_parallel_rank])).tolist()
     if acc.is_main_process:
         found["cp ranks"] = ranks

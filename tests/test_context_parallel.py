@@ -32,6 +32,10 @@ def test_each_rank_knows_its_place_on_the_mesh(found):
     assert found["cp ranks"] == [0, 1] and found["ranks"] == [0, 0]
 
 
+def test_the_positions_handed_to_the_model_are_those_torchs_ring_split_gives(found):
+    assert found["torch's cut"] is True
+
+
 def test_what_would_attend_wrongly_stops_in_one_line(found):
     assert "an attention mask reached scaled_dot_product_attention" in found["mask"]
     assert "without calling scaled_dot_product_attention" in found["no attention"]
