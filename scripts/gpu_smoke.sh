@@ -2,7 +2,8 @@
 # The CUDA/NCCL paths CI cannot reach (no GPU there), on one GPU: run from the repository root on a GPU machine
 # with torch installed. Prints PASS/FAIL lines and the checkpoint benchmark with the state on the GPU, then (issue 35)
 # the big-model load's GPU peak beside Accelerate's and the GPT-2 124M training step (hpc, raw torch, Accelerate).
-# Accelerate is measured when importable, or from ACC_PATH (a `pip install --target` folder). About 8 minutes.
+# Accelerate is measured when importable, or from ACC_PATH (a `pip install --target` folder); fp8 (issue 32) needs
+# torchao, importable or from AO_PATH (the same kind of folder). About 10 minutes.
 set -uo pipefail
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
 py=${PYTHON:-python3}
@@ -51,4 +52,6 @@ timeout 180 $py scripts/bench/big_model_gpu_peak.py --rounds 2 $acc 2>&1 | grep 
 
 # 5. training step of GPT-2 124M, bf16, DDP and FSDP2 on one GPU: hpc beside raw torch and Accelerate, alternated
 timeout 300 $py scripts/bench/gpu_step.py --rounds 2 --steps 30 $acc 2>&1 | grep -v -i warn
+# 6. fp8 against bf16 (torchao Float8Linear, FSDP2's fp8 all-gather): loss over 200 steps, step time, peak memory
+PYTHONPATH="${AO_PATH:+$AO_PATH:}$PYTHONPATH" timeout 240 $py scripts/bench/fp8_step.py --steps 200 2>&1 | grep -v -i warn
 rm -rf "$work"
