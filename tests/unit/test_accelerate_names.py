@@ -235,6 +235,20 @@ def test_accelerator_state_reads_a_registered_accelerator(single):
     accelerator.end_training()
 
 
+def test_without_a_mesh_maybe_context_parallel_leaves_the_buffers_and_the_mesh_ranks_need_a_config(single):
+    from hpc import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    ids = torch.arange(8).reshape(1, 8)
+    with accelerator.maybe_context_parallel(buffers=[ids], buffer_seq_dims=[1]):
+        assert ids.shape == (1, 8)  # Accelerate's: no cp_size > 1, no split (a warning once)
+    for name in ("tensor_parallel_rank", "context_parallel_rank", "data_parallel_rank", "pipeline_parallel_rank"):
+        with pytest.raises(HpcError):
+            getattr(accelerator, name)
+    assert accelerator.is_composable_parallelism_enabled is False
+    accelerator.end_training()
+
+
 def test_local_sgd_is_off_with_one_process(single):
     from hpc import Accelerator
     from hpc.local_sgd import LocalSGD
