@@ -4,7 +4,8 @@ Accelerate's ParallelismConfig, beside DDP on the same global batch.
 
     python scripts/bench/nd_parallel.py [--steps 30] [--hidden 256] [--layers 4]
 
-Each mesh is one `hpc launch --nproc 4` of this file (CPU and gloo where there is no GPU): the median time of the
+Under cp the step opens maybe_context_parallel (each rank a quarter or a half of every sequence). Each mesh is
+one `hpc launch --nproc 4` of this file (CPU and gloo where there is no GPU): the median time of the
 steps after 5 warm-up ones, the parameter elements each rank holds, and the last loss (equal across meshes up to
 rounding: the same samples each step). On 2 cores, 4 ranks share them: the figures rank communication patterns,
 they are not a throughput claim.
@@ -20,7 +21,8 @@ import sys
 import time
 
 MESHES = {"ddp": None, "tp 2 x dp_shard 2": {"tp_size": 2, "dp_shard_size": 2},
-          "hsdp 2 x 2": {"dp_replicate_size": 2, "dp_shard_size": 2}, "fsdp 4": {"dp_shard_size": 4}}
+          "hsdp 2 x 2": {"dp_replicate_size": 2, "dp_shard_size": 2}, "fsdp 4": {"dp_shard_size": 4},
+          "cp 2 x dp_shard 2": {"cp_size": 2, "dp_shard_size": 2}, "cp 4": {"cp_size": 4}}
 
 
 def rank_main(spec: dict) -> None:
@@ -39,15 +41,24 @@ def rank_main(spec: dict) -> None:
                                       vocab_size=1024)
     model = transformers.LlamaForCausalLM(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    dp = acc.num_processes // (mesh or {}).get("tp_size", 1)
+    cp = (mesh or {}).get("cp_size", 1)
+    dp = acc.num_processes // ((mesh or {}).get("tp_size", 1) * cp)
     ids = torch.randint(0, 1024, (spec["steps"] * 8, 128), generator=torch.Generator().manual_seed(1))
     loader = torch.utils.data.DataLoader(ids, batch_size=8 // dp)
     model, optimizer, loader = acc.prepare(model, optimizer, loader)
     times, loss = [], None
     for batch in loader:
         start = time.perf_counter()
-        loss = model(input_ids=batch, labels=batch).loss
-        acc.backward(loss)
+        if cp > 1:  # each rank a 1/cp of every sequence; the loss the token mean, as the other meshes'
+            shifted = torch.nn.functional.pad(batch[:, 1:], (0, 1), value=-100)
+            items = (shifted != -100).sum() / cp
+            labels = batch.clone()
+            with acc.maybe_context_parallel(buffers=[batch, labels, shifted], buffer_seq_dims=[1, 1, 1]):
+                loss = model(input_ids=batch, labels=labels, shift_labels=shifted, num_items_in_batch=items).loss
+                acc.backward(loss)
+        else:
+            loss = model(input_ids=batch, labels=batch).loss
+            acc.backward(loss)
         optimizer.step()
         optimizer.zero_grad()
         acc.wait_for_everyone()
