@@ -33,6 +33,16 @@ def split_against_whole(acc, heads_kv: int, causal: bool) -> float:
     return float(torch.stack(diffs).max())
 
 
+class Attending(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(8, 4)
+
+    def forward(self, ids):
+        x = self.embed(ids)[:, None]
+        return F.scaled_dot_product_attention(x, x, x, is_causal=True)
+
+
 def refusal(acc, what: str) -> str:
     ids = torch.randint(0, 8, (2, 16))
     try:
@@ -40,6 +50,11 @@ def refusal(acc, what: str) -> str:
             q = torch.randn(1, 2, 16, 4)
             with acc.maybe_context_parallel(buffers=[q], buffer_seq_dims=[2]):
                 F.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(8, 8, dtype=torch.bool))
+        elif what == "late backward":  # the graph holds the shards the block's end gave back
+            model = acc.prepare(Attending())
+            with acc.maybe_context_parallel(buffers=[ids], buffer_seq_dims=[1]):
+                loss = model(ids).sum()
+            acc.backward(loss)
         else:  # a model with no attention at all: it would see its shard alone
             model = acc.prepare(torch.nn.Sequential(torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8)))
             with acc.maybe_context_parallel(buffers=[ids], buffer_seq_dims=[1]):
@@ -66,7 +81,8 @@ def main() -> None:
     acc = Accelerator(parallelism_config=ParallelismConfig(cp_size=2))
     found = {"gqa causal": split_against_whole(acc, 2, True), "mha causal": split_against_whole(acc, 4, True),
              "mha full": split_against_whole(acc, 4, False), "mask": refusal(acc, "mask"),
-             "no attention": refusal(acc, "model"), "torch's cut": torch_ring_cuts_as_hpc_numbers(acc),
+             "no attention": refusal(acc, "model"), "late backward": refusal(acc, "late backward"),
+             "torch's cut": torch_ring_cuts_as_hpc_numbers(acc),
              "ranks": [acc.context_parallel_rank, acc.tensor_parallel_rank]}
     ranks = acc.gather(torch.tensor([acc.context_parallel_rank])).tolist()
     if acc.is_main_process:

@@ -39,4 +39,5 @@ def test_the_positions_handed_to_the_model_are_those_torchs_ring_split_gives(fou
 def test_what_would_attend_wrongly_stops_in_one_line(found):
     assert "an attention mask reached scaled_dot_product_attention" in found["mask"]
     assert "without calling scaled_dot_product_attention" in found["no attention"]
-    assert "\n" not in found["mask"] + found["no attention"]
+    assert "backward() after the maybe_context_parallel block that ran the forward had closed" in found["late backward"]
+    assert "\n" not in found["mask"] + found["no attention"] + found["late backward"]

@@ -28,6 +28,16 @@ def test_each_rank_holds_a_front_and_a_back_chunk_and_together_every_position_on
     assert "sequence length 15 does not cut into 2 x cp_size = 4" in one_line(e) and "multiple of 4" in one_line(e)
 
 
+def test_buffers_that_are_views_of_one_sequence_split_without_overwriting_each_other():
+    seq = torch.arange(17).unsqueeze(0)
+    ids, labels = seq[:, :-1], seq[:, 1:]  # the usual next-token pair: one storage
+    mine = sequence_shards.positions(16, 2, 1)
+    want = [ids[:, mine].clone(), labels[:, mine].clone()]
+    for buffer in (ids, labels):
+        sequence_shards.shard_in_place(buffer, 1, mine)
+    assert torch.equal(ids, want[0]) and torch.equal(labels, want[1]) and torch.equal(seq, torch.arange(17)[None])
+
+
 def test_a_buffer_is_split_in_place_and_given_back_whole():
     ids = torch.arange(32).reshape(2, 16)
     original = ids.clone()
@@ -105,3 +115,55 @@ def test_inside_a_split_the_model_gets_its_shards_positions_and_no_mask():
         told = model(ids, position_ids=mine.unsqueeze(0)).logits
     assert torch.equal(split, told) and not torch.allclose(split, plain)
     assert forwards.forwards == 1
+
+
+class Wrapper(torch.nn.Module):  # a script's own wrapper (or a PEFT model): its forward names no position_ids
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, **kwargs):
+        return self.model(**kwargs)
+
+
+def test_a_wrapped_model_and_a_positional_none_get_the_shards_positions_too():
+    torch.manual_seed(0)
+    model, forwards = tiny_llama(), model_hooks.Forwards()
+    wrapped = Wrapper(model)
+    model_hooks.attach(wrapped, forwards)
+    ids, mine = torch.randint(0, 64, (1, 8)), sequence_shards.positions(16, 2, 0)
+    with torch.no_grad():
+        told = model(ids, position_ids=mine.unsqueeze(0)).logits
+        forwards.positions = mine
+        through_wrapper = wrapped(input_ids=ids).logits
+        positional_none = model(ids, None, None).logits  # input_ids, attention_mask, position_ids
+        forwards.positions = None
+    assert torch.equal(through_wrapper, told) and torch.equal(positional_none, told)
+
+
+def test_what_the_split_would_train_wrong_at_a_forward_stops_in_one_line():
+    model, forwards = tiny_llama(), model_hooks.Forwards()
+    model_hooks.attach(model, forwards)
+    ids = torch.randint(0, 64, (1, 8))
+    forwards.positions = sequence_shards.positions(16, 2, 0)
+    with pytest.raises(HpcError) as e:
+        model(ids, attention_mask=torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1]]))
+    assert "attention_mask with padding" in one_line(e)
+    with pytest.raises(HpcError) as e:
+        model(ids, labels=ids)
+    assert "labels given without shift_labels" in one_line(e) and "F.pad(labels[:, 1:]" in one_line(e)
+
+
+def test_bidirectional_attention_keeps_its_own_mask_and_is_not_made_causal(monkeypatch):
+    bart = transformers.BartModel(transformers.BartConfig(
+        d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=64, max_position_embeddings=64)).eval()
+    forwards, seen = model_hooks.Forwards(), []
+    model_hooks.attach(bart, forwards)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda *a, **k: seen.append(k.get("is_causal")) or sdpa(*a, **k))
+    forwards.positions = sequence_shards.positions(16, 2, 0)
+    with torch.no_grad():
+        bart.encoder(input_ids=torch.randint(0, 64, (1, 8)))
+    assert seen == [False]

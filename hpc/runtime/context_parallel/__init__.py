@@ -26,6 +26,8 @@ class ContextParallel:
         self.comm_strategy = parallelism.cp_handler.cp_comm_strategy
         self.ring = device_type == "cuda"  # torch's ring kernels are CUDA's SDPA kernels
         self.forwards = model_hooks.Forwards()
+        self.open = False
+        self._unbacked = False  # a split closed after a forward with no backward inside it
 
     def prepare_model(self, model: torch.nn.Module) -> None:
         model_hooks.check(model)
@@ -38,17 +40,30 @@ class ContextParallel:
         opened = self._torch_ring(buffers, dims, keep, length) if self.ring else self._gathered(buffers, dims, keep,
                                                                                                    length)
         self.forwards.forwards = self.forwards.attention_calls = 0
+        self._backed = False
         with opened as positions, self._counting():
-            self.forwards.positions = positions
+            self.forwards.positions, self.open = positions, True
             try:
                 yield
             finally:
-                self.forwards.positions = None
+                self.forwards.positions, self.open = None, False
+        self._unbacked = bool(self.forwards.forwards) and not self._backed
         if self.forwards.forwards and not self.forwards.attention_calls:
             raise HpcError("context parallelism: the model ran inside maybe_context_parallel without calling "
                            "scaled_dot_product_attention, so it attended within this rank's part of the sequence only",
                            fix="use a model whose attention calls torch.nn.functional.scaled_dot_product_attention "
                                "(attn_implementation='sdpa')")
+
+    def before_backward(self) -> None:
+        """Backward belongs inside the split: its end gives the buffers back (the graph saved their shards), and
+        torch's ring attention runs its backward only while the split is open."""
+        if self.open:
+            self._backed = True
+        elif self._unbacked:
+            self._unbacked = False
+            raise HpcError("context parallelism: backward() after the maybe_context_parallel block that ran the "
+                           "forward had closed", fix="call accelerator.backward(loss) inside the with block, as "
+                           "Accelerate's example does")
 
     @contextlib.contextmanager
     def _gathered(self, buffers, dims, keep, length):
@@ -79,6 +94,7 @@ class ContextParallel:
         from torch.distributed.tensor.experimental._attention import set_rotate_method
 
         sequence_shards.positions(length, self.size, self.rank)  # the same divisibility, said hpc's way
+        sequence_shards.make_private(buffers)
         set_rotate_method(self.comm_strategy)
         index = torch.arange(length, device=buffers[0].device)  # split beside them: its shard is the positions
         with context_parallel(self.mesh, buffers=[*buffers, index], buffer_seq_dims=[*dims, 0],

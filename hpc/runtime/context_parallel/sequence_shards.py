@@ -30,12 +30,17 @@ def every_rank(length: int, cp: int, device=None) -> torch.Tensor:
 
 def shard_in_place(buffer: torch.Tensor, dim: int, where: torch.Tensor) -> None:
     """The buffer becomes this rank's part of itself (the caller's tensor object, as torch's context_parallel
-    changes it: the script's batch dict then holds the shard)."""
-    part = buffer.index_select(dim, where.to(buffer.device))
-    buffer.resize_(part.shape)
-    buffer.copy_(part)
+    changes it: the script's batch dict then holds the shard), on storage of its own: buffers that are views of one
+    sequence (ids = seq[:, :-1], labels = seq[:, 1:]) would otherwise overwrite each other's data."""
+    buffer.set_(buffer.index_select(dim, where.to(buffer.device)))
 
 
 def restore_in_place(buffer: torch.Tensor, original: torch.Tensor) -> None:
-    buffer.resize_(original.shape)
-    buffer.copy_(original)
+    buffer.set_(original)
+
+
+def make_private(buffers: list[torch.Tensor]) -> None:
+    """Each buffer on storage of its own before torch's context_parallel writes shards into them in place (a view
+    shares its base's storage with the other views of it); the tensors the script holds keep their values."""
+    for buffer in buffers:
+        buffer.set_(buffer.clone(memory_format=torch.contiguous_format))

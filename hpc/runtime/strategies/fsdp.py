@@ -217,6 +217,11 @@ class FSDPStrategy(Strategy):
         return ShardedGradScaler(device_type, **kwargs)
 
     # --- the step -----------------------------------------------------------------------------------
+    def backward(self, loss, scaler, **kwargs) -> None:
+        if self.context_parallel is not None:
+            self.context_parallel.before_backward()
+        super().backward(loss, scaler, **kwargs)
+
     def no_sync(self, model):
         if self.plugin.sync_each_microstep or not isinstance(model, FSDPModule):
             return contextlib.nullcontext()
