@@ -47,8 +47,9 @@ def main() -> None:
 
         tp = acc.torch_device_mesh["tp"]
         parallelize_module(model, tp, resolve(model, model_plan(model), tp.size()))
-    cp = (mesh or {}).get("cp_size", 1)
-    dp = acc.num_processes // ((mesh or {}).get("tp_size", 1) * cp)
+    config = acc.parallelism_config  # given, or made from Accelerate's PARALLELISM_CONFIG_* variables
+    cp = config.cp_size if config else 1
+    dp = acc.num_processes // ((config.tp_size if config else 1) * cp)
     loader = torch.utils.data.DataLoader(Tokens(), batch_size=spec["global_batch"] // dp)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model, optimizer, loader = acc.prepare(model, optimizer, loader)

@@ -51,6 +51,23 @@ def test_each_mesh_trains_as_ddp_on_the_same_global_batch(runs, name):
     assert sum(mesh["held"]) >= total and max(mesh["held"]) < total / shards * 1.05, mesh["held"]
 
 
+@pytest.mark.slurm
+def test_accelerates_parallelism_flags_train_a_cp_mesh_as_a_slurm_job(slurm, runs, tmp_path):
+    """The user's way in: `hpc submit --parallelism_config_cp_size 2 --parallelism_config_dp_shard_size 2` on 2
+    nodes x 2 ranks; the script's Accelerator() builds its ParallelismConfig from the variables the job exports."""
+    from tests.jobhelpers import hpc
+
+    spec = {"project": str(tmp_path / "project"), "global_batch": 8, "steps": 3, "clip": 0.05,
+            "out": str(tmp_path / "out.pt")}
+    proc = hpc(tmp_path, "submit", "-p", "slurm-local", "-N", "2", "--no-snapshot", "--parallelism_config_cp_size",
+               "2", "--parallelism_config_dp_shard_size", "2", "--wait", str(WORKER), json.dumps(spec), timeout=300)
+    assert proc.returncode == 0, proc.stderr + hpc(tmp_path, "logs", "--all").stdout[-3000:]
+    found = torch.load(tmp_path / "out.pt")
+    torch.testing.assert_close(torch.tensor(found["losses"]), torch.tensor(runs["ddp"][0]["losses"]), rtol=1e-4,
+                               atol=0)
+    assert max(found["held"]) < found["total"] / 4 * 1.05, found["held"]
+
+
 def test_a_context_parallel_checkpoint_loads_under_plain_fsdp(runs, tmp_path):
     trained, folder = runs["cp2 x dp_shard2"]
     there = _launch(tmp_path, {"mesh": {"dp_shard_size": 4}, "load": str(folder / "saved"), "steps": 0,
