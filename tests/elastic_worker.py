@@ -1,16 +1,18 @@
-"""One rank of an elastic test: a paced run that checkpoints often, so that a node can die under it mid-epoch.
+"""One rank of an elastic or min_nodes test: a paced run that checkpoints often, so that a node can die under it
+mid-epoch and the job goes on at a smaller world (torchrun's next round, or the job's next attempt).
 
     python elastic_worker.py SPEC_JSON
 
-SPEC keys: project (checkpoint folder parent), out (result file), epochs, save_every (optimizer steps), sleep
-(seconds a step in the job's first torchrun round only: room to kill a node while it trains; the rounds after it
-run at full speed). 64 samples, 4 a rank a step, shuffled: at world 2 an epoch
-is 8 steps, at world 1 16. The loop has no resume logic beyond `auto_resume`: a group that torchrun restarts at
-another world size goes on from the newest checkpoint, mid-epoch.
+SPEC keys: project (checkpoint folder parent), out (result file), epochs, save_every (optimizer steps, 2 if not
+given), samples (64 if not given), sleep (seconds a step in the job's first attempt and torchrun round only: room
+to kill a node while it trains; the rounds after it run at full speed). 4 samples a rank a step, shuffled: of 64,
+an epoch is 8 steps at world 2, 16 at world 1; of 96, 8 at world 3, 12 at 2, 24 at 1 (a checkpoint at an even step
+leaves a whole number of steps of the epoch for any of them). The loop has no resume logic beyond `auto_resume`.
 
 Every step rank 0 notes the sample ids all ranks trained, with the loader's epoch, in an object saved with the
-checkpoint; it writes `progress` (the step reached), and `world-a<requeues>-r<restart>` (the world size and the hosts of
-each torchrun round, with the time its first step ended). At the end it writes the ids of each epoch to `out`.
+checkpoint; it writes `progress` (the step reached), and `world-a<requeues>-r<restart>` (the world size and the
+hosts of each attempt and torchrun round, with the time its first step ended). At the end it writes the ids of each
+epoch to `out`.
 """
 
 import json
@@ -34,8 +36,9 @@ def main() -> None:
     set_seed(3)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    x = torch.randn(N, 8, generator=torch.Generator().manual_seed(0))
-    data = torch.utils.data.TensorDataset(torch.arange(N), x, x.sum(dim=1, keepdim=True).sin())
+    samples = spec.get("samples", N)
+    x = torch.randn(samples, 8, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.TensorDataset(torch.arange(samples), x, x.sum(dim=1, keepdim=True).sin())
     loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
     model, opt, loader = acc.prepare(model, opt, loader)
     log = SampleLog()
@@ -59,7 +62,7 @@ def main() -> None:
                         {"world": acc.num_processes, "hosts": sorted(set(hosts)), "trained_at": time.time(),
                          "step": acc.completed_steps}))
             first = False
-            if acc.completed_steps % spec["save_every"] == 0:
+            if acc.completed_steps % spec.get("save_every", 2) == 0:
                 acc.save_state()
             time.sleep(sleep)
     if acc.is_main_process:

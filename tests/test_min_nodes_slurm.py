@@ -38,18 +38,18 @@ def _wait_for(what: str, ready, timeout: float) -> None:
 
 
 def test_a_job_that_loses_a_node_runs_on_fewer_after_its_requeue_and_completes_exactly(slurm, tmp_path):
-    for name in ("min_nodes_worker.py", "shape_worker.py"):  # the worker's sample log is shape_worker's
+    for name in ("elastic_worker.py", "shape_worker.py"):  # the worker's sample log is shape_worker's
         shutil.copy(HERE / name, tmp_path)
     # the lost-node probes start 5 s after a task failed (20 s by default)
     (tmp_path / "shrink.yaml").write_text("name: shrink\nextends: slurm-local\nlost_nodes:\n  after: 5\n")
     run = tmp_path / "mn"
-    spec = {"project": str(run), "out": str(tmp_path / "mn.pt"), "epochs": 2, "sleep": 0.5}
+    spec = {"project": str(run), "out": str(tmp_path / "mn.pt"), "epochs": 2, "sleep": 0.5, "samples": 96}
     # all three nodes: one an earlier test killed may still be on its way back into service
     _wait_for("every node idle", lambda: len(_idle_nodes(slurm)) == 3, 180)
     info = submit(tmp_path, "-p", "./shrink.yaml", "-N", "3", "--ntasks-per-node", "1", "--min-nodes", "1",
-                  "--time", "5", "-J", "mn", "min_nodes_worker.py", "--", json.dumps(spec))
-    _wait_for("the first step at world 3", (run / "world-a0").exists, 120)
-    before = json.loads((run / "world-a0").read_text())
+                  "--time", "5", "-J", "mn", "elastic_worker.py", "--", json.dumps(spec))
+    _wait_for("the first step at world 3", (run / "world-a0-r0").exists, 120)
+    before = json.loads((run / "world-a0-r0").read_text())
     assert before["world"] == 3, before
     victim = before["hosts"][-1]  # not node1, which runs the batch script
     _wait_for("the first checkpoint", lambda: int((run / "progress").read_text() or 0) >= 3, 60)
@@ -64,7 +64,7 @@ def test_a_job_that_loses_a_node_runs_on_fewer_after_its_requeue_and_completes_e
         proc = hpc(tmp_path, "wait", info["job_id"], timeout=180)
         logs = hpc(tmp_path, "logs", "--all", info["job_id"], check=True).stdout
         assert proc.returncode == 0 and "COMPLETED" in proc.stdout, proc.stdout + logs[-4000:]
-        after = json.loads((run / "world-a1").read_text())
+        after = json.loads(next(run.glob("world-a1-r*")).read_text())  # r: the requeue's SLURM restart count
         # MIN to 3 nodes with MIN's task count: SLURM 22.05 gives no more nodes than tasks, so MIN (1) here
         assert after["world"] < 3 and victim not in after["hosts"], after
         assert f"without node(s) {victim} the partition has 2 node(s): the job asks for 1 to 3" in logs, logs[-4000:]
