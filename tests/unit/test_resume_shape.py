@@ -251,6 +251,18 @@ def test_a_count_computed_from_accumulated_steps_is_corrected_and_said(capsys):
     assert first_of(SkipFirstBatches(dl, 2)) == list(range(16, 20))
 
 
+def test_a_pass_after_load_state_without_a_skip_starts_over_and_says_what_trains_again(capsys):
+    point = EpochPoint(0, 5 * 8, "sample", Shape(2, 4, False))
+    assert first_of(restarted(point)) == [0, 1, 2, 3]  # Accelerate's: the epoch from its first batch
+    err = capsys.readouterr().err
+    assert "load_state restored epoch 0 after 40 samples" in err and "skip_first_batches(loader, 5)" in err \
+        and err.count("\n") == 1
+    dl = restarted(point)
+    first_of(SkipFirstBatches(dl, 5))  # the script skips: nothing to say, nor at the next pass
+    first_of(dl)
+    assert capsys.readouterr().err == ""
+
+
 def test_a_checkpoint_at_the_epochs_last_batch_restarts_at_the_next_epoch():
     dl = restarted(EpochPoint(0, N, "sample", Shape(2, 4, False)))
     assert dl.epoch == 1 and first_of(SkipFirstBatches(dl, 0)) == [0, 1, 2, 3]

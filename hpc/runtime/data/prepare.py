@@ -243,6 +243,19 @@ class PreparedDataLoader:
             return point.consumed, f"{asked} counts whole accumulation windows, and an epoch's end closed some early"
         return asked_units, None  # the script's own count
 
+    def _note_restart(self, point: EpochPoint | None) -> None:
+        """A pass after load_state that did not skip starts the epoch over, as Accelerate's does: what the
+        checkpoint had trained of it trains again. Right for a script that means it; rank 0 says so in one line."""
+        if point is None or not point.consumed or self.layout.rank != 0:
+            return
+        unit = "samples" if point.unit == "sample" else "batches of its order"
+        batches, left = divmod(point.consumed, self._round)
+        how = f"skip_first_batches(loader, {batches}) goes on from there" if not left else \
+            "skip_first_batches goes on from there"
+        print(f"hpc: note: load_state restored epoch {point.epoch} after {point.consumed} {unit}, and this pass "
+              f"starts the epoch from its first batch, as Accelerate's does: those train again ({how}; "
+              "auto_resume needs neither)", file=sys.stderr, flush=True)
+
     def remaining_from(self, start: int) -> int:
         return self._reader.count_from(start)
 
@@ -272,6 +285,7 @@ class PreparedDataLoader:
 
     def __iter__(self):
         self.training.before_work()
+        self._note_restart(self._checkpoint_point)
         self._checkpoint_point = self._ended_epoch = None  # a pass without skip_first_batches: from the start
         gradient = self.gradient_state
         self._new_pass()
