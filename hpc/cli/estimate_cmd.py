@@ -73,7 +73,9 @@ def _print_dtypes(model: str, dtypes: list[str], as_json: bool) -> None:
 @click.option("--seq-len", type=int)
 @click.option("--hidden-size", type=int)
 @click.option("--layers", type=int)
-@click.option("--heads", type=int, default=0)
+@click.option("--heads", type=int, default=0,
+              help="Count the attention scores too (5 x heads x seq_len^2 a layer): eager attention only; leave it "
+                   "out for SDPA or flash attention, which never hold them whole.")
 @click.option("--activation-checkpointing", is_flag=True)
 @click.option("--tp", "--tp-size", "tp", type=click.IntRange(min=1), default=1, show_default=True,
               help="Tensor-parallel ranks (ParallelismConfig tp_size): FSDP2 strategies, sharded over the rest.")
