@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import torch
-from shape_worker import N, SampleLog  # noqa: E402 - beside this file, on the script's own path
+from shape_worker import N, SampleLog, regression  # noqa: E402 - beside this file, on the script's own path
 
 from hpc import Accelerator, set_seed
 from hpc.runtime.resilience import preemption
@@ -34,11 +34,7 @@ def main() -> None:
     project.mkdir(parents=True, exist_ok=True)
     acc = Accelerator(project_dir=str(project), auto_resume=True)
     set_seed(3)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    samples = spec.get("samples", N)
-    x = torch.randn(samples, 8, generator=torch.Generator().manual_seed(0))
-    data = torch.utils.data.TensorDataset(torch.arange(samples), x, x.sum(dim=1, keepdim=True).sin())
+    model, opt, data = regression(spec.get("samples", N))
     loader = torch.utils.data.DataLoader(data, batch_size=4, shuffle=True)
     model, opt, loader = acc.prepare(model, opt, loader)
     log = SampleLog()

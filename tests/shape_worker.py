@@ -35,6 +35,16 @@ class SampleLog:
         self.rows = [list(r) for r in state["rows"]]
 
 
+def regression(samples: int = N):
+    """The workers' model, optimizer and data: sample ids beside their inputs and targets, so that a log of the
+    ids trained says which samples each step took."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x = torch.randn(samples, 8, generator=torch.Generator().manual_seed(0))
+    data = torch.utils.data.TensorDataset(torch.arange(samples), x, x.sum(dim=1, keepdim=True).sin())
+    return model, opt, data
+
+
 def main() -> None:
     spec = json.loads(sys.argv[1])
     extra = {}
@@ -44,10 +54,7 @@ def main() -> None:
         extra["deepspeed_plugin"] = {"zero_stage": 2}
     acc = Accelerator(project_dir=spec["project"], auto_resume="load" not in spec, **extra)
     set_seed(3)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    x = torch.randn(N, 8, generator=torch.Generator().manual_seed(0))
-    data = torch.utils.data.TensorDataset(torch.arange(N), x, x.sum(dim=1, keepdim=True).sin())
+    model, opt, data = regression()
     batch = 4 if spec["batch"] == "rank" else 16 // acc.num_processes
     loader = torch.utils.data.DataLoader(data, batch_size=batch, shuffle=True)
     model, opt, loader = acc.prepare(model, opt, loader)

@@ -11,6 +11,8 @@ import textwrap
 import pytest
 import torch
 
+from tests.jobhelpers import launch_env
+
 WORKER = textwrap.dedent("""
     import json, sys
     import torch
@@ -144,10 +146,8 @@ def test_uneven_batches_join_without_pairing_hpcs_stop_vote_with_ddps_shadow_col
     # 13 batches over 3 ranks: rank 0 takes 5, the others 4 and then run DDP's shadow collectives only; a stop vote
     # of rank 0's paired with one of them (a wrong-sized all-reduce: gloo aborted the job)
     (tmp_path / "uneven.py").write_text(UNEVEN)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "SLURM_", "HPC_", "ACCELERATE_"))}
     proc = subprocess.run([sys.executable, "-m", "hpc", "launch", "--nproc", "3", "uneven.py", "out.json"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+                          cwd=tmp_path, env=launch_env(), capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts, weights, stop = json.loads((tmp_path / "out.json").read_text())
     assert counts == [5, 4, 4] and weights[0] == weights[1] == weights[2] and stop is False

@@ -145,15 +145,18 @@ class Slurm:
         that had the id. ``source`` None: slurmdbd, else the jobcomp file."""
         if source == "none" or not ids:
             return {}
-        fields = ["-n", "-P", "-j", ",".join(ids), "-o", ACCOUNTING_FIELDS]
+        out = self._sacct(["-n", "-P", "-j", ",".join(ids), "-o", ACCOUNTING_FIELDS], source)
+        return parse_accounting(out) if out is not None else {}
+
+    def _sacct(self, fields: list[str], source: str | None) -> str | None:
+        """sacct's output from slurmdbd (-X) or, with ``source`` "jobcomp" or when slurmdbd answers nothing, the
+        jobcomp file (-c); None when neither answered."""
         proc = None
         if source in (None, "dbd"):
             proc = self.run([*EPOCH, "sacct", "-X", *fields])
         if source == "jobcomp" or source is None and (proc.returncode != 0 or not proc.stdout.strip()):
             proc = self.run([*EPOCH, "sacct", "-c", *fields])
-        if proc is None or proc.returncode != 0:
-            return {}
-        return parse_accounting(proc.stdout)
+        return proc.stdout if proc is not None and proc.returncode == 0 else None
 
     def attempts(self, ids: Sequence[str], source: str | None = None) -> dict[str, list[dict[str, str]]]:
         """Every run of some jobs (plain ids, raw ids or ``A_T``), a requeued job's earlier attempts included
@@ -161,16 +164,11 @@ class Slurm:
         times in epoch seconds. ``source`` as for accounting_many; nothing known: {}."""
         if source == "none" or not ids:
             return {}
-        fields = ["-D", "-n", "-P", "-j", ",".join(ids), "-o", ",".join(ATTEMPT_FIELDS)]
-        proc = None
-        if source in (None, "dbd"):
-            proc = self.run([*EPOCH, "sacct", "-X", *fields])
-        if source == "jobcomp" or source is None and (proc.returncode != 0 or not proc.stdout.strip()):
-            proc = self.run([*EPOCH, "sacct", "-c", *fields])
-        if proc is None or proc.returncode != 0:
+        text = self._sacct(["-D", "-n", "-P", "-j", ",".join(ids), "-o", ",".join(ATTEMPT_FIELDS)], source)
+        if text is None:
             return {}
         out: dict[str, list[dict[str, str]]] = {}
-        for row in parse_fields(proc.stdout, ATTEMPT_FIELDS):
+        for row in parse_fields(text, ATTEMPT_FIELDS):
             for ident in dict.fromkeys((row["JobID"], row["JobIDRaw"])):
                 out.setdefault(ident, []).append(row)
         return out

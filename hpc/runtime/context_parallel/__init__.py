@@ -27,6 +27,7 @@ class ContextParallel:
         self.ring = device_type == "cuda"  # torch's ring kernels are CUDA's SDPA kernels
         self.forwards = model_hooks.Forwards()
         self.open = False
+        self._backed = False  # a backward ran inside the split now open
         self._unbacked = False  # a split closed after a forward with no backward inside it
 
     def prepare_model(self, model: torch.nn.Module) -> None:
