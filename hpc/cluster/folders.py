@@ -44,6 +44,18 @@ def search_path(name: str) -> list[Path]:
     return [*found, builtin_dir(name)]
 
 
+def replaces_builtin(found: Path, builtin: Path) -> bool:
+    """Whether ``found`` (a profile or template of ./ or the user's folder) changes what the built-in ``builtin``
+    would do: it exists, is another file, and its bytes differ. A copy of the built-in (a checkout's own
+    cluster_configs/ beside an installed hpc) replaces nothing worth a note."""
+    try:
+        if not builtin.is_file() or found.resolve() == builtin.resolve():
+            return False
+        return found.read_bytes() != builtin.read_bytes()
+    except OSError:
+        return True
+
+
 def note_once(line: str) -> None:
     """A line on stderr, once per process (a command renders and loads profiles more than once)."""
     if line not in _noted:

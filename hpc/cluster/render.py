@@ -18,7 +18,7 @@ import jinja2.sandbox
 from hpc.cluster import sweep as sweeps
 from hpc.cluster.config.effective import Effective
 from hpc.cluster.config.schema import ClusterProfile, JobSpec
-from hpc.cluster.folders import builtin_dir, note_once, search_path, user_cache_dir
+from hpc.cluster.folders import builtin_dir, note_once, replaces_builtin, search_path, user_cache_dir
 from hpc.cluster.ownership import insecure
 from hpc.contract import layout, mesh_sizes
 from hpc.errors import HpcError
@@ -68,7 +68,7 @@ class _Templates(jinja2.FileSystemLoader):
     def get_source(self, environment, template):
         source, filename, uptodate = super().get_source(environment, template)
         if filename and not Path(filename).resolve().is_relative_to(self.builtin) \
-                and (self.builtin / template).is_file():
+                and replaces_builtin(Path(filename), self.builtin / template):
             note_once(f"hpc: note: job template {filename} takes the place of the built-in {template}")
         return source, filename, uptodate
 

@@ -412,14 +412,29 @@ def test_a_template_cannot_reach_python(in_tmp):
     assert "sandbox refused" in one_line(err.value) and not marker.exists()
 
 
-def test_a_template_taking_a_builtins_place_is_noted_and_renders_the_same(in_tmp, capsys):
+def test_a_template_taking_a_builtins_place_is_noted_unless_it_is_the_same_text(in_tmp, capsys):
+    """A fresh clone beside an installed hpc holds copies of the built-ins: they replace nothing worth a note."""
     before = _render_here()
     (in_tmp / "job_templates").mkdir()
-    shutil.copy(builtin_dir("job_templates") / "_prelude.j2", in_tmp / "job_templates" / "_prelude.j2")
-    assert _render_here() == before
-    notes = [line for line in capsys.readouterr().err.splitlines() if "takes the place" in line]
     copied = in_tmp / "job_templates" / "_prelude.j2"
+    shutil.copy(builtin_dir("job_templates") / "_prelude.j2", copied)
+    assert _render_here() == before
+    assert "takes the place" not in capsys.readouterr().err
+    copied.write_text(copied.read_text() + "# my site's line\n")
+    _render_here()
+    notes = [line for line in capsys.readouterr().err.splitlines() if "takes the place" in line]
     assert notes == [f"hpc: note: job template {copied} takes the place of the built-in _prelude.j2"]
+
+
+def test_a_fresh_clones_own_copies_of_the_builtins_say_nothing(in_tmp):
+    """The first run in a clone (an installed hpc, the clone's cluster_configs/ and job_templates/ in the current
+    folder) printed four notes about files that are the built-ins themselves."""
+    for name in ("cluster_configs", "job_templates"):
+        shutil.copytree(builtin_dir(name), in_tmp / name)
+    (in_tmp / "train.py").write_text("")
+    proc = subprocess.run(hpc_cmd("render", "train.py"), cwd=in_tmp, capture_output=True, text=True, timeout=60,
+                          env={**os.environ})
+    assert proc.returncode == 0 and "note" not in proc.stderr, proc.stderr
 
 
 def test_a_profile_taking_a_builtins_place_is_noted(in_tmp):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hpc.cluster.config import files, safe_yaml
 from hpc.cluster.config.schema import ClusterProfile
-from hpc.cluster.folders import builtin_dir, note_once, search_path
+from hpc.cluster.folders import builtin_dir, note_once, replaces_builtin, search_path
 from hpc.contract.validate import build, check_field, field_names, unknown_key_error
 from hpc.errors import ConfigError, HpcError, shorten, shown
 
@@ -40,10 +40,10 @@ def find(ref: str, relative_to: Path | None = None) -> Path:
 
 
 def _note_if_shadowing(found: Path, name: str) -> None:
-    """`./cluster_configs/local.yaml` replaces the built-in default profile: say so, once, rather than silently."""
+    """`./cluster_configs/local.yaml` replaces the built-in default profile: say so, once, rather than silently
+    (unless it is the built-in's own text)."""
     builtin = builtin_dir("cluster_configs")
-    replaced = any((builtin / f"{name}{suffix}").is_file() for suffix in (".yaml", ".yml"))
-    if replaced and found.parent.resolve() != builtin.resolve():
+    if any(replaces_builtin(found, builtin / f"{name}{suffix}") for suffix in (".yaml", ".yml")):
         note_once(f"hpc: note: profile {found} takes the place of the built-in {name!r}")
 
 
