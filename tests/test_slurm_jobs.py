@@ -157,3 +157,11 @@ def test_time_limit_is_timeout(timeout_job):
     project, info = timeout_job
     wait_ok(project, info["job_id"], code=1, timeout=300)
     assert status(project, info["job_id"])["state"] == "TIMEOUT"
+
+
+def test_the_projects_own_profile_passes_its_own_check_on_the_default_cluster(project):
+    """`hpc profile check slurm-local` named a difference (max_nodes 4) against the 3-node cluster that
+    scripts/slurm-local starts by default."""
+    proc = hpc(project, "profile", "check", "slurm-local")
+    assert proc.returncode == 0 and proc.stdout.startswith("ok: slurm-local fits the cluster here"), \
+        proc.stdout + proc.stderr

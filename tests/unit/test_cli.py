@@ -23,7 +23,7 @@ BAD = [
     (["render", "-N", "-2", "t.py"], "--nodes = -2"),
     (["render", "-p", "slurm-local", "-t", "9:00:00", "t.py"], "exceeds the profile's max_time"),
     (["render", "-p", "slurm-local", "-t", "soon", "t.py"], "not a SLURM duration"),
-    (["render", "-p", "slurm-local", "-N", "99", "t.py"], "max_nodes 4"),
+    (["render", "-p", "slurm-local", "-N", "99", "t.py"], "max_nodes 3"),
     (["render", "-J", "x$(id)", "t.py"], "not a safe job name"),
     (["render", "-J", "x`id`", "t.py"], "not a safe job name"),
     (["render", "-J", "x'y", "t.py"], "not a safe job name"),
@@ -176,7 +176,7 @@ print("HEAVY=" + ",".join(heavy))
 
 @pytest.mark.parametrize("args", [
     ["--help"],
-    ["render", "-p", "slurm-local", "-N", "4", "train.py", "--", "--lr", "1"],
+    ["render", "-p", "slurm-local", "-N", "3", "train.py", "--", "--lr", "1"],
     ["render", "-p", "big", "-N", "1024", "-w", "nid[000001-001024]", "--launcher", "deepspeed", "train.py"],
     ["profile", "list"],
     ["env"],

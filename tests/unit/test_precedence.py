@@ -67,7 +67,7 @@ def test_elastic_defaults_nodes_to_max(in_tmp):
 
 
 @pytest.mark.parametrize("flags, env, key, problem", [
-    ({"nodes": 9}, {}, "--nodes", "max_nodes 4"),
+    ({"nodes": 9}, {}, "--nodes", "max_nodes 3"),
     ({"time": "2:00:00"}, {}, "--time", "max_time"),
     ({}, {"HPC_TIME": "2-00:00:00"}, "HPC_TIME", "max_time"),
     ({"elastic": "1:2"}, {}, "--elastic", "needs the torchrun launcher"),
