@@ -10,9 +10,9 @@ an epoch is 8 steps at world 2, 16 at world 1; of 96, 8 at world 3, 12 at 2, 24 
 leaves a whole number of steps of the epoch for any of them). The loop has no resume logic beyond `auto_resume`.
 
 Every step rank 0 notes the sample ids all ranks trained, with the loader's epoch, in an object saved with the
-checkpoint; it writes `progress` (the step reached), and `world-a<requeues>-r<restart>` (the world size and the
-hosts of each attempt and torchrun round, with the time its first step ended). At the end it writes the ids of each
-epoch to `out`.
+checkpoint; it writes `progress` (the step reached), `steps` (a line "<attempt> <step> <time>" each step), and
+`world-a<requeues>-r<restart>` (the world size and the hosts of each attempt and torchrun round, with the time its
+first step ended). At the end it writes the ids of each epoch to `out`.
 """
 
 import json
@@ -53,6 +53,8 @@ def main() -> None:
             if acc.is_main_process:
                 log.rows.append([loader.epoch, ids.tolist()])
                 (project / "progress").write_text(f"{acc.completed_steps}\n")
+                with open(project / "steps", "a") as f:  # measured from outside hpc, for the report's figures
+                    f.write(f"{attempt} {acc.completed_steps} {time.time()}\n")
                 if first:
                     (project / f"world-{attempt}").write_text(json.dumps(
                         {"world": acc.num_processes, "hosts": sorted(set(hosts)), "trained_at": time.time(),

@@ -68,6 +68,37 @@ def test_an_elastic_job_goes_on_without_a_node_that_dies_and_completes_exactly(s
         assert f"the job went on without node(s) {victim}, and its work is done" in logs, logs[-4000:]
         info_now = status(tmp_path, info["job_id"])
         assert info_now["lost_nodes"] == [victim], info_now
+        _the_report_counts_the_restart(tmp_path, info["job_id"], run / "steps")
     finally:  # idempotent: nothing happens if it is running
         if how == "kill-node":
             subprocess.run([str(SLURM_LOCAL), "revive-node", victim], capture_output=True, timeout=180)
+
+
+def _the_report_counts_the_restart(project: Path, job_id: str, steps_file: Path) -> None:
+    """`hpc report` against the worker's own step log: the lost run's steps up to the loss, the ones trained again
+    after the restart as redone, and the wait between the runs as restart time, not training (it used to report
+    one run resumed from the checkpoint, nothing redone, and the wait as training)."""
+    rows = [line.split() for line in steps_file.read_text().splitlines()]
+    lost = [(int(s), float(t)) for a, s, t in rows if a == "a0-r0"]
+    again = [(int(s), float(t)) for a, s, t in rows if a == "a0-r1"]
+    data = json.loads(hpc(project, "report", "--json", job_id, check=True).stdout)
+    (task,) = data["tasks"]
+    first, second = task["attempts"]
+    assert (first["attempt"], first["run"], second["attempt"], second["run"]) == (0, 0, 0, 1), task["attempts"]
+    assert first["restarted"] and "elastic restart" in first["reason"] and second["reason"].startswith("work done")
+    assert first["step_to"] == lost[-1][0], (first, lost[-1])  # the survivors noted the step the run had reached
+    assert second["resumed_from"] == again[0][0] - 1
+    assert first["redone_steps"] == lost[-1][0] - second["resumed_from"]
+    assert data["totals"]["steps_trained"] == len(lost) + len(again) == lost[-1][0] + again[-1][0] - again[0][0] + 1
+    # the wait: from the last step before the loss to the first after it, less the first step's own time
+    waited = again[0][1] - lost[-1][1]
+    restart_s = second["phases_s"]["restart"] + second["phases_s"]["startup"]
+    assert waited - 3 <= restart_s <= waited + 1, (waited, second["phases_s"])
+    assert second["phases_s"]["restart"] > 0 and (first["node_s"]["redone"] > 0) == (first["redone_steps"] > 0)
+    for a in task["attempts"]:  # each run's parts add up to its slice of the allocation
+        assert sum(a["node_s"].values()) == pytest.approx(a["allocated_node_s"], abs=0.01), a
+    training = sum(a["node_s"]["training"] for a in task["attempts"])
+    stepping = (lost[-1][1] - lost[0][1]) * 2 + (again[-1][1] - again[0][1])  # 2 nodes, then 1
+    assert training <= stepping + 2 * 2 * 1.5  # at most a step per run beside what the log saw trained
+    out = hpc(project, "report", job_id, check=True).stdout
+    assert "attempt 0 restart 1:" in out and "elastic restart" in out, out

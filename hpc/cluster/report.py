@@ -100,7 +100,8 @@ def collect(record, backend=None, now: float | None = None) -> dict:
         events = timeline.read(record.job_dir, task, files)
         allocs = allocations(rows.get(ids.get(task, ""), []), since)
         attempts = goodput.build(events, allocs, now=now if running else None, vetted=vetting_times(files, task),
-                                 submitted_at=since)
+                                 submitted_at=since, span=None if slurm is not None else _process_span(record, files),
+                                 state=state.state if state is not None and slurm is None else None)
         if not attempts and state is not None and not state.done:
             tasks.append({"task": task, "state": state.state, "attempts": [], "totals": goodput.totals([])})
             continue
@@ -112,14 +113,31 @@ def collect(record, backend=None, now: float | None = None) -> dict:
             "reported_at": now, "tasks": tasks, "totals": summed([t["totals"] for t in tasks])}
 
 
+def _process_span(record, files) -> tuple[float | None, float | None]:
+    """A job no scheduler accounts for (the local profile): its process's start, as recorded at submit, and its
+    end, when the wrapper wrote the exit code."""
+    start = record.local.get("start")
+    mtime = getattr(files, "mtime", None)
+    end = mtime(f"{layout.TASKS}/0.{layout.TaskFile.EXIT}") if mtime is not None else None
+    return (float(start) if isinstance(start, (int, float)) else None), end
+
+
+def attempt_name(a: dict) -> str:
+    """An attempt as the text and the page name it: its number, and after an elastic restart inside its allocation
+    which restart ("0 restart 1")."""
+    return f"{a['attempt']} restart {a['run']}" if a.get("run") else str(a["attempt"])
+
+
 def attempt_dict(a: goodput.Attempt) -> dict:
     phases, node_s = a.phase_seconds(), a.phase_node_seconds()
     return {
-        "attempt": a.number, "state": a.state, "running": a.running, "reason": a.reason,
+        "attempt": a.number, "run": a.run, "restarted": a.restarted, "state": a.state, "running": a.running,
+        "reason": a.reason,
         "nodes": a.nodes, "used_nodes": a.used_nodes, "hosts": a.hosts,
         "submitted_at": a.submitted_at, "queued_s": a.queued_s, "start": a.start, "end": a.end, "seconds": a.seconds,
         "vetted_at": a.vetted_at, "training_at": a.training_at, "first_step_at": a.first_step_at,
         "signal_at": a.signal_at, "signal": a.signal, "stopped_at": a.stopped_at, "last_at": a.last_at,
+        "proc_start_at": a.proc_start_at, "ended_at": a.ended_at, "ended_how": a.ended_how, "error": a.error,
         "saves": a.saves, "hangs": a.hangs,
         "resumed_from": a.resumed_from, "step_from": a.step_from, "step_to": a.step_to,
         "steps_trained": a.steps_trained, "redone_steps": a.redone_steps,
@@ -169,14 +187,17 @@ def text(report: dict) -> str:
         for a in t["attempts"]:
             s = a["start"]
             hosts = hostlist.compress(a["hosts"]) if a["hosts"] else f"{a['nodes']} node(s)"
-            queued = f", queued {a['queued_s']:.0f} s" if a["queued_s"] is not None else ""
-            lines.append(f"{indent}attempt {a['attempt']}: {hosts} ({a['nodes']} node(s)){queued}; "
+            queued = f", queued {a['queued_s']:.0f} s" if a["queued_s"] is not None and not a.get("run") else ""
+            lines.append(f"{indent}attempt {attempt_name(a)}: {hosts} ({a['nodes']} node(s)){queued}; "
                          f"{_clock(s)} to {_clock(a['end'])} ({a['seconds']:.0f} s): {a['reason']}")
-            marks = [f"vetted {_rel(a['vetted_at'], s)}" if a["vetted_at"] else None,
+            marks = [f"processes {_rel(a.get('proc_start_at'), s)}" if a.get("run") and a.get("proc_start_at")
+                     else None,
+                     f"vetted {_rel(a['vetted_at'], s)}" if a["vetted_at"] else None,
                      f"training {_rel(a['training_at'], s)}" if a["training_at"] else None,
                      f"first step {_rel(a['first_step_at'], s)}" if a["first_step_at"] else None,
                      f"{a['signal']} {_rel(a['signal_at'], s)}" if a["signal_at"] else None,
-                     f"run ended {_rel(a['stopped_at'], s)}" if a["stopped_at"] else None]
+                     f"run ended {_rel(a['stopped_at'], s)}" if a["stopped_at"] else None,
+                     f"exit {_rel(a.get('ended_at'), s)}" if a.get("ended_at") and not a["stopped_at"] else None]
             if any(marks):
                 lines.append(f"{indent}  " + ", ".join(m for m in marks if m))
             if a["saves"]:
@@ -184,6 +205,10 @@ def text(report: dict) -> str:
                 each = ", ".join(f"step {x['step']} {_rel(x['t'], s)} ({x['stall_s']:.2f} s)" for x in a["saves"][:6])
                 more = f", ... {len(a['saves']) - 6} more" if len(a["saves"]) > 6 else ""
                 lines.append(f"{indent}  {len(a['saves'])} save(s), {stall:.2f} s stalled: {each}{more}")
+            if a["phases_s"].get("unrecorded") and a["training_at"] is None:
+                lines.append(f"{indent}  no timeline: its rank 0 ran no hpc Accelerator (or never started), so "
+                             "nothing is known of its steps")
+                continue
             resumed = f" (resumed from {a['resumed_from']})" if a["resumed_from"] is not None else ""
             lines.append(f"{indent}  steps {a['step_from']} to {a['step_to']}{resumed}: {a['steps_trained']} trained, "
                          f"{a['redone_steps']} redone later; goodput "

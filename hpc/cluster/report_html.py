@@ -8,11 +8,13 @@ from __future__ import annotations
 import html
 import time
 
+from hpc.cluster.report import attempt_name
 from hpc.contract import goodput
 
 COLOURS = {  # phase -> fill; training green, lost time warm, overheads cool: the eye finds the waste
     "training": "#3a9d4a", "startup": "#8fb3d9", "vetting": "#5b7fb5", "checkpoint": "#f2b134",
-    "redone": "#d9534f", "hang": "#8e44ad", "stopping": "#9aa0a6", "unrecorded": "#d0d0d0",
+    "redone": "#d9534f", "hang": "#8e44ad", "restart": "#e07b39", "stopping": "#9aa0a6", "ending": "#c4c9ce",
+    "unrecorded": "#d0d0d0",
     goodput.IDLE_SPARES: "#e8d8b0", "queue": "#eeeeee",
 }
 LABEL_W, ROW_H, WIDTH, TOP = 170, 18, 1100, 34
@@ -35,7 +37,7 @@ def _rows(report: dict) -> list[tuple[str, dict, dict, str]]:
             hosts = a["hosts"] or [f"node {i + 1}" for i in range(a["nodes"])]
             for i, host in enumerate(hosts):
                 spare = i >= a["used_nodes"]
-                label = (f"{'task ' + t['task'] + ' ' if many else ''}attempt {a['attempt']} {host}"
+                label = (f"{'task ' + t['task'] + ' ' if many else ''}attempt {attempt_name(a)} {host}"
                          f"{' (spare)' if spare else ''}")
                 rows.append((label, t, a, "spare" if spare else host))
     return rows
@@ -85,7 +87,7 @@ def svg(report: dict) -> str:
                 phase = goodput.IDLE_SPARES
             w = max(x(seg["t1"]) - x(seg["t0"]), 0.5)
             out.append(f'<rect class="phase-{phase}" x="{x(seg["t0"]):.1f}" y="{y + 2}" width="{w:.1f}" '
-                       f'height="{ROW_H - 4}" fill="{COLOURS[phase]}"><title>attempt {a["attempt"]}: {phase} '
+                       f'height="{ROW_H - 4}" fill="{COLOURS[phase]}"><title>attempt {attempt_name(a)}: {phase} '
                        f'{seg["t1"] - seg["t0"]:.1f} s</title></rect>')
         for s in a["saves"]:
             xs = x(s["t"])
@@ -120,7 +122,7 @@ def svg(report: dict) -> str:
 def _attempt_row(t: dict, a: dict) -> str:
     queued = "" if a["queued_s"] is None else f"{a['queued_s']:.0f}"
     good = "" if a["goodput"] is None else f"{100 * a['goodput']:.1f}%"
-    cells = [t["task"], a["attempt"], ", ".join(a["hosts"]) or a["nodes"], queued, f"{a['seconds']:.0f}",
+    cells = [t["task"], attempt_name(a), ", ".join(a["hosts"]) or a["nodes"], queued, f"{a['seconds']:.0f}",
              f"{a['step_from']} to {a['step_to']}", a["redone_steps"], len(a["saves"]), good, a["reason"]]
     return "<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>"
 

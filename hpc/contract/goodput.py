@@ -9,9 +9,19 @@ Phases, in the order an attempt meets them (the JSON keys of `hpc report --json`
     checkpoint   saves that held the loop (an async save: only the part before it returned)
     redone       steps trained after the checkpoint the next attempt resumed from: lost with the attempt
     hang         the silence before the watchdog declared a hang
-    stopping     the last recorded moment to the allocation's end: the exit, a kill's wait, the requeue
+    restart      an elastic restart inside the allocation: from the lost run's last sign of life to the new
+                 processes' start (noticing the loss, the rendezvous' wait, starting the processes)
+    stopping     a stop's or a kill's end: the stop (or the last recorded moment) to the allocation's end, that is
+                 the exit, a kill's wait, the requeue
+    ending       a run that ended by itself (the script returned, end_training, an exit, an exception): from that
+                 end to the allocation's end, that is the interpreter's exit and the launcher's and batch
+                 script's last lines
     unrecorded   an attempt with no timeline at all (no hpc runtime in it, or its rank 0 never started)
     idle_spares  node-seconds of allocated nodes the run did not use (spares SLURM could not take back)
+
+An elastic job's restarts inside one allocation (torchrun's worker groups, the timeline's ``run``) are attempts of
+their own here, each a slice of the allocation: the steps a lost run trained after the checkpoint the next one
+resumed from are redone, and the wait between them is restart time, not training.
 
 Each phase's node-seconds are its seconds times the nodes that held it (vetting: every allocated node; the rest:
 the nodes the run used). Goodput = training node-seconds / allocated node-seconds. Queue time is beside the
@@ -23,7 +33,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PHASES = ("vetting", "startup", "training", "checkpoint", "redone", "hang", "stopping", "unrecorded")
+PHASES = ("vetting", "startup", "training", "checkpoint", "redone", "hang", "restart", "stopping", "ending",
+          "unrecorded")
+SCHEDULER_CLOCK_S = 1.0  # sacct's times are whole seconds (cut off): an event up to this much after "End" is in
 IDLE_SPARES = "idle_spares"
 REQUEUED_STATES = {"PENDING", "REQUEUED", "PREEMPTED", "REQUEUE_FED", "REQUEUE_HOLD"}
 
@@ -67,6 +79,12 @@ class Attempt:
     redone_steps: int = 0
     reason: str = ""
     segments: list[tuple[str, float, float]] = field(default_factory=list)  # (phase, t0, t1), covering the span
+    run: int = 0  # the elastic restart inside the allocation (the timeline's "run")
+    restarted: bool = False  # an elastic restart followed inside the same allocation
+    proc_start_at: float | None = None  # the run's rank 0 process started (after a restart: the new processes)
+    ended_at: float | None = None  # the first process exit noted (the timeline's "ended")
+    ended_how: str | None = None  # "exit" or "exception"
+    error: str | None = None  # an exception's type, as the exiting process named it
 
     @property
     def seconds(self) -> float:
@@ -138,12 +156,17 @@ def _span_from_events(evs: list[dict], now: float | None) -> tuple[float, float,
 
 
 def build(events: list[dict], allocations: list[Allocation] | None = None, *, now: float | None = None,
-          vetted: dict[int, float] | None = None, submitted_at: float | None = None) -> list[Attempt]:
+          vetted: dict[int, float] | None = None, submitted_at: float | None = None,
+          span: tuple[float | None, float | None] | None = None, state: str | None = None) -> list[Attempt]:
     """The attempts of one task. ``allocations``: the scheduler's runs, oldest first (none known: the events'
     own span); ``now``: the time, when the newest attempt is still running; ``vetted``: attempt -> when its last
-    vetting report was written; ``submitted_at``: the submission (the first attempt's queue time)."""
+    vetting report was written; ``submitted_at``: the submission (the first attempt's queue time); ``span``: the
+    whole job's start and end where no scheduler keeps them (the local profile's process): the first attempt
+    begins and the last ends there, and a job with no timeline is one unrecorded attempt over it; ``state``: the
+    job's state where no allocation says it (the local profile), the newest attempt's."""
     by = _by_attempt(events)
     vetted = vetted or {}
+    state_of_newest = state or ""
     spans: list[tuple[int, float, float, bool, Allocation | None]] = []
     if allocations:
         numbers = sorted(by)
@@ -154,6 +177,9 @@ def build(events: list[dict], allocations: list[Allocation] | None = None, *, no
             # two); else the i-th, for a run whose rank 0 wrote nothing
             match = next((n for n in numbers if alloc.start - 5 <= min(e["t"] for e in by[n]) <= end + 5), None)
             number = match if match is not None else (max([s[0] for s in spans], default=-1) + 1)
+            if match is not None and not running:  # sacct's End is cut to the second: the last lines are inside
+                last = max(e["t"] for e in by[match])
+                end = last if end < last <= end + SCHEDULER_CLOCK_S else end
             spans.append((number, alloc.start, end, running, alloc))
         seen = {s[0] for s in spans}
         for n in numbers:  # the running attempt, not in accounting yet (sacct -c knows ended jobs only)
@@ -164,23 +190,38 @@ def build(events: list[dict], allocations: list[Allocation] | None = None, *, no
         for n in sorted(by):
             start, end, running = _span_from_events(by[n], now if n == max(by) else None)
             spans.append((n, start, end, running, None))
+        if span is not None:
+            first, last = span
+            if not spans and first is not None and (last is not None or now is not None):
+                spans.append((0, first, last if last is not None else now, last is None, None))
+            elif spans:
+                n, start, end, running, alloc = spans[0]
+                spans[0] = (n, min(start, first) if first is not None else start, end, running, alloc)
+                n, start, end, running, alloc = spans[-1]
+                if last is not None and not running:
+                    spans[-1] = (n, start, max(end, last), running, alloc)
 
     attempts = []
     for number, start, end, running, alloc in spans:
         evs = by.get(number, [])
         started = next((e for e in evs if e["event"] == "started"), None)
-        used = started.get("nodes") if started else None
-        nodes = alloc.nodes if alloc is not None else (used if isinstance(used, int) else 1)
-        used = used if isinstance(used, int) and 0 < used <= nodes else nodes
-        a = Attempt(number, start, max(end, start), nodes, used, list(alloc.hosts) if alloc else [],
-                    alloc.state if alloc else ("RUNNING" if running else ""), running)
-        if alloc is not None and alloc.submit is not None:
-            a.submitted_at = alloc.submit
-        _fill(a, evs, vetted.get(number))
-        attempts.append(a)
+        nodes = alloc.nodes if alloc is not None else _int(started.get("nodes") if started else None) or 1
+        hosts = list(alloc.hosts) if alloc else []
+        newest = number == spans[-1][0]
+        state = alloc.state if alloc else ("RUNNING" if running else (state_of_newest if newest else ""))
+        runs = _by_run(evs)
+        cuts = _run_cuts(runs, start, max(end, start))
+        for i, (run, run_events) in enumerate(runs or [(0, [])]):
+            last_run = i == len(runs) - 1 or not runs
+            a = Attempt(number, cuts[i], cuts[i + 1], nodes, nodes, hosts, state if last_run else "",
+                        running and last_run, run=run, restarted=not last_run)
+            if alloc is not None and alloc.submit is not None and i == 0:
+                a.submitted_at = alloc.submit
+            _fill(a, run_events, vetted.get(number) if i == 0 else None, restart=i > 0)
+            attempts.append(a)
 
     for prev, a in zip(attempts, attempts[1:]):
-        a.queued_s = max(0.0, a.start - prev.end)
+        a.queued_s = 0.0 if a.run > 0 and a.number == prev.number else max(0.0, a.start - prev.end)
         nxt = a.resumed_from if a.resumed_from is not None else (0 if a.training_at is not None else None)
         if nxt is not None and prev.step_to > nxt:
             prev.redone_steps = prev.step_to - max(nxt, prev.step_from)
@@ -194,17 +235,40 @@ def build(events: list[dict], allocations: list[Allocation] | None = None, *, no
     return attempts
 
 
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _by_run(evs: list[dict]) -> list[tuple[int, list[dict]]]:
+    out: dict[int, list[dict]] = {}
+    for e in evs:
+        out.setdefault(int(e.get("run") or 0), []).append(e)
+    return sorted(out.items())
+
+
+def _run_cuts(runs: list[tuple[int, list[dict]]], start: float, end: float) -> list[float]:
+    """Where each run's slice of the allocation begins and ends: a run after an elastic restart begins at the
+    last sign of life of the one before (its restart time is the next run's)."""
+    cuts = [start]
+    for (_, before), (_, after) in zip(runs, runs[1:]):
+        last, first = max(e["t"] for e in before), min(e["t"] for e in after)
+        cuts.append(min(max(last, cuts[-1]), max(first, cuts[-1]), end))
+    return cuts + [end]
+
+
 def _clamp(a: Attempt, t: float | None) -> float | None:
     return None if t is None else min(max(t, a.start), a.end)
 
 
-def _fill(a: Attempt, evs: list[dict], vetted_at: float | None) -> None:
+def _fill(a: Attempt, evs: list[dict], vetted_at: float | None, restart: bool = False) -> None:
     if not evs:
         a.segments = [("unrecorded", a.start, a.end)] if a.end > a.start else []
         return
     steps = [s for s in (_step(e) for e in evs) if s is not None]
     started = next((e for e in evs if e["event"] == "started"), None)
     resumed = next((e for e in evs if e["event"] == "resumed"), None)
+    run_nodes = _int(started.get("run_nodes")) if started else None
+    a.used_nodes = run_nodes if run_nodes is not None and run_nodes <= a.nodes else a.nodes
     a.resumed_from = _step(resumed) if resumed else None
     a.step_from = a.resumed_from if a.resumed_from is not None else ((_step(started) or 0) if started else 0)
     a.step_to = max(steps + [a.step_from])
@@ -214,36 +278,67 @@ def _fill(a: Attempt, evs: list[dict], vetted_at: float | None) -> None:
         first.setdefault(e["event"], e)
     a.training_at = _clamp(a, first["training"]["t"]) if "training" in first else None
     a.first_step_at = _clamp(a, first["progress"]["t"]) if "progress" in first else None
+    if started is not None and isinstance(started.get("proc_start"), (int, float)):
+        a.proc_start_at = _clamp(a, float(started["proc_start"]))
     if "signal" in first:
         a.signal_at, a.signal = _clamp(a, first["signal"]["t"]), str(first["signal"].get("why", ""))
-    stopped = first.get("stopped") or first.get("finished")
-    a.stopped_at = _clamp(a, stopped["t"]) if stopped else None
+    stop = first.get("stopped")
+    ends = [e for e in evs if e["event"] == "ended"]
+    if ends:  # the first exit noted (the survivors of a lost node may note theirs a moment apart)
+        a.ended_at = _clamp(a, min(e["t"] for e in ends))
+        failed = [e for e in ends if e.get("how") == "exception"]
+        a.ended_how = "exception" if failed else "exit"
+        a.error = str(failed[0].get("error") or "an exception") if failed else None
+    finished = first.get("finished")
+    a.stopped_at = _clamp(a, (stop or finished)["t"]) if (stop or finished) else None
     a.last_at = a.end if a.running else _clamp(a, max(e["t"] for e in evs))
-    a.saves = [{"t": _clamp(a, e["t"]), "step": _step(e), "stall_s": float(e.get("stall_s") or 0.0),
-                "async": bool(e.get("async"))} for e in evs if e["event"] == "save"]
+    a.saves = _saves(a, evs)
     a.hangs = [{"t": _clamp(a, e["t"]), "step": _step(e), "idle_s": float(e.get("idle_s") or 0.0)}
                for e in evs if e["event"] == "hang"]
 
     cursor = a.start
     segs: list[tuple[str, float, float]] = []
+    if restart:  # the lost run's last sign of life to this run's processes: noticing, the rendezvous' wait
+        came = a.proc_start_at if a.proc_start_at is not None else (
+            _clamp(a, started["t"]) if started is not None else cursor)
+        segs.append(("restart", cursor, max(cursor, came)))
+        cursor = max(cursor, came)
     if a.vetted_at is not None and a.vetted_at > cursor:
         segs.append(("vetting", cursor, a.vetted_at))
         cursor = a.vetted_at
-    train_end = a.last_at if a.last_at is not None else a.end
+    # the run's work ends at its stop, else at its last line (an exit noted, or the last progress of a kill)
+    train_end = a.end if a.running else (_clamp(a, stop["t"]) if stop else a.last_at)
     if a.training_at is None:
-        segs.append(("startup", cursor, train_end))
+        segs.append(("startup", cursor, max(cursor, train_end)))
     else:
         t = max(cursor, a.training_at)
         segs.append(("startup", cursor, t))
         segs.append(("training", t, max(t, train_end)))
     end_of_run = segs[-1][2]
     if a.end > end_of_run:
-        segs.append(("stopping", end_of_run, a.end))
+        ended_by_itself = stop is None and (a.ended_at is not None or finished is not None)
+        segs.append(("ending" if ended_by_itself else "stopping", end_of_run, a.end))
     for s in a.saves:
         segs = _paint(segs, "checkpoint", s["t"] - s["stall_s"], s["t"], only=("training", "startup"))
     for h in a.hangs:
         segs = _paint(segs, "hang", h["t"] - h["idle_s"], h["t"], only=("training",))
     a.segments = [(n, t0, t1) for n, t0, t1 in segs if t1 > t0]
+
+
+def _saves(a: Attempt, evs: list[dict]) -> list[dict]:
+    """The saves, each once: a save of a step already saved to the same folder (a stop's save after the script's
+    own of that step) wrote nothing and is no save."""
+    out, seen = [], set()
+    for e in evs:
+        if e["event"] != "save":
+            continue
+        key = (_step(e), e.get("folder"))
+        if key in seen and e.get("folder") is not None:
+            continue
+        seen.add(key)
+        out.append({"t": _clamp(a, e["t"]), "step": _step(e), "stall_s": float(e.get("stall_s") or 0.0),
+                    "async": bool(e.get("async"))})
+    return out
 
 
 def _mark_redone(a: Attempt, resumed_from: int) -> None:
@@ -266,13 +361,19 @@ def _reason(a: Attempt, last: bool) -> str:
         said.append("hung")
     if a.stopped_at is not None and a.signal:
         said.append(f"stopped at step {a.step_to} on {a.signal}")
-    elif a.stopped_at is not None and not last:
+    elif a.ended_how == "exception":
+        said.append(f"failed after step {a.step_to}: {a.error}")
+    elif a.stopped_at is not None and not last and not a.restarted:
         said.append(f"stopped at step {a.step_to}")
     elif a.stopped_at is not None:
         said.append("work done")
+    elif a.ended_how == "exit":
+        said.append(f"ended after step {a.step_to}")
     elif a.last_at is not None and a.training_at is not None:
-        said.append(f"killed after step {a.step_to} (last recorded)")
-    if a.state in REQUEUED_STATES or (not last and a.state not in ("COMPLETED",)):
+        said.append(f"{'lost' if a.restarted else 'killed'} after step {a.step_to} (last recorded)")
+    if a.restarted:
+        said.append("elastic restart")
+    elif a.state in REQUEUED_STATES or (not last and a.state not in ("COMPLETED",)):
         said.append("requeued")
     elif a.state:
         said.append(a.state)

@@ -150,3 +150,85 @@ def test_the_completion_notice_carries_the_goodput_and_the_redone_steps(tmp_path
     assert payload["redone_steps"] == 20 and 0 < payload["goodput"] < 1
     assert "step(s) redone" in payload["text"] and "goodput" in payload["text"]
     assert "goodput" not in notify.facts("requeued", "x")
+
+
+# --- how a run ends, and elastic restarts inside one allocation ---------------------------------------------------
+def _one_attempt(*lines, end=1100.0):
+    rows = parse_fields(f"9|9|COMPLETED|990|1000|{int(end)}|2|node[1-2]\n", ATTEMPT_FIELDS)
+    return goodput.build(timeline.parse("".join(lines)), report.allocations(rows, since=985.0))
+
+
+def test_a_script_that_returns_without_end_training_ended_and_was_not_killed():
+    """Most Accelerate scripts return without end_training(): the exit is the run's end, its steps are counted up
+    to the last one, and the time after it is the ending, not a stop (it read 'killed after step 1 (last recorded)',
+    with everything after the first progress line under stopping)."""
+    (a,) = _one_attempt(
+        _line(1002.0, 0, "started", batch_start=1000.0, proc_start=1000.5, nodes=2, world=4, step=0),
+        _line(1005.0, 0, "training", step=0),
+        _line(1006.0, 0, "progress", step=1),  # the next progress line would have come 10 s on
+        _line(1096.0, 0, "ended", step=4, how="exit", rank="0"))
+    assert a.reason == "ended after step 4; COMPLETED" and a.steps_trained == 4
+    phases = a.phase_seconds()
+    assert phases["training"] == 91.0 and phases["ending"] == 4.0 and phases["stopping"] == 0.0
+    assert a.productive_node_s / a.allocated_node_s == pytest.approx(0.91)
+
+
+def test_an_exception_is_named_and_a_sigkill_is_still_the_last_recorded_step():
+    base = [_line(1002.0, 0, "started", nodes=2, world=4, step=0), _line(1005.0, 0, "training", step=0),
+            _line(1006.0, 0, "progress", step=1)]
+    failed = _one_attempt(*base, _line(1050.0, 0, "ended", step=7, how="exception", error="ValueError", rank="2"))
+    assert failed[0].reason.startswith("failed after step 7: ValueError")
+    killed = _one_attempt(*base)
+    assert killed[0].reason.startswith("killed after step 1 (last recorded)")
+    assert killed[0].phase_seconds()["stopping"] == 94.0
+
+
+def test_an_elastic_restart_inside_the_allocation_is_a_run_of_its_own_with_redone_steps_and_restart_time():
+    """A 2-node --elastic 1:2 job lost a node at step 12 and went on from the step-10 checkpoint after ~45 s: it
+    was reported as one run from step 10, nothing redone, the wait as training."""
+    attempts = _one_attempt(
+        _line(1002.0, 0, "started", proc_start=1001.0, nodes=2, run_nodes=2, world=2, step=0),
+        _line(1004.0, 0, "training", step=0),
+        _line(1004.5, 0, "progress", step=1),
+        _line(1019.0, 0, "save", step=10, stall_s=0.5, folder="c/step-10"),
+        _line(1022.0, 0, "ended", step=12, how="exception", error="RuntimeError", rank="0"),
+        _line(1066.0, 0, "started", proc_start=1064.0, nodes=2, run_nodes=1, world=1, step=0, run=1),
+        _line(1067.0, 0, "resumed", step=10, load_s=0.1, run=1),
+        _line(1067.5, 0, "training", step=10, run=1),
+        _line(1098.0, 0, "ended", step=40, how="exit", rank="0", run=1), end=1100)
+    first, second = attempts
+    assert [(a.number, a.run) for a in attempts] == [(0, 0), (0, 1)]
+    assert (first.start, first.end, second.start, second.end) == (1000.0, 1022.0, 1022.0, 1100.0)
+    assert first.step_to == 12 and first.redone_steps == 2 and first.reason.startswith("failed after step 12")
+    assert "elastic restart" in first.reason and second.queued_s == 0.0
+    assert second.resumed_from == 10 and second.steps_trained == 30
+    tot = goodput.totals(attempts)
+    assert tot["steps_trained"] == 42 and tot["redone_steps"] == 2
+    assert second.phase_seconds()["restart"] == 42.0 and second.phase_seconds()["startup"] == 3.5
+    assert first.phase_seconds()["redone"] == 3.0  # from the step-10 commit to the loss
+    # the lost node stays allocated: the second run's other node is idle, not training
+    assert second.phase_node_seconds()["training"] == 30.5 and second.phase_node_seconds()["idle_spares"] == 78.0
+    for a in attempts:
+        assert sum(a.phase_node_seconds().values()) == pytest.approx(a.allocated_node_s)
+    assert tot["allocated_node_s"] == 200.0
+    assert tot["goodput"] == pytest.approx((2 * (1019.0 - 0.5 - 1004.0) + 30.5) / 200.0)
+
+
+def test_sacct_whole_seconds_do_not_cut_off_the_stop_and_a_skipped_duplicate_save_is_one_save():
+    """SLURM's End is cut to the second: the stop and the requeue noted 0.9 s later belong to the attempt. A stop's
+    save of a step the script had just saved to the same folder wrote nothing and is listed once."""
+    (a,) = _one_attempt(
+        _line(1002.0, 0, "started", nodes=2, world=4, step=0), _line(1005.0, 0, "training", step=0),
+        _line(1099.2, 0, "save", step=9, stall_s=0.2, folder="c/step-9"),
+        _line(1099.4, 0, "signal", why="USR1"),
+        _line(1099.5, 0, "save", step=9, stall_s=0.001, folder="c/step-9"),
+        _line(1099.9, 0, "stopped", step=9, why="USR1", requeued=True), end=1099)
+    assert a.end == 1099.9 and a.signal_at == 1099.4 and a.stopped_at == 1099.9
+    assert [s["step"] for s in a.saves] == [9]
+
+
+def test_a_local_job_without_hpcs_runtime_is_one_unrecorded_attempt_with_its_state():
+    """`hpc report` of the README's hello_ranks.py on the local profile said 'no attempt has started yet'."""
+    (a,) = goodput.build([], None, span=(1000.0, 1008.0), state="COMPLETED")
+    assert (a.start, a.end, a.reason) == (1000.0, 1008.0, "COMPLETED")
+    assert a.phase_seconds()["unrecorded"] == 8.0

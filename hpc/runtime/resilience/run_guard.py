@@ -64,7 +64,9 @@ class RunGuard:
         self.stragglers = Stragglers(process, options.straggler_threshold, options.straggler_action,
                                      options.max_requeues, enabled=options.in_job)
         # rank 0's account of the attempt for `hpc report` (tasks/<task>.timeline): a few lines an attempt
-        self.timeline = TimelineWriter(options.in_job and process.is_main_process)
+        self.timeline = TimelineWriter(options.in_job and process.is_main_process,
+                                       node_first=options.in_job and process.is_local_main_process,
+                                       steps=lambda: self.training.completed_steps)
         self.timeline.started(process.world_size, training.completed_steps)
         if options.in_job:  # inside an hpc job the warning signal starts ignored; from now on it is noted
             self.watch.install(term=False)
@@ -148,7 +150,7 @@ class RunGuard:
             saved = self.checkpoints.save(folder, async_save=async_save, purge=not named)
         # what the save held the loop for (an async save: until it returned), for the report's checkpoint stalls
         self.timeline.note("save", step=self.training.completed_steps, stall_s=round(time.monotonic() - started, 4),
-                           **{"async": bool(async_save)})
+                           folder=str(saved), **{"async": bool(async_save)})
         return saved
 
     def wait_for_checkpoint(self) -> None:
