@@ -5,6 +5,7 @@ then 30 s to finish, and SLURM does not requeue a job that ends inside them)).
 Every interrupted training must end bitwise equal to the same training run straight through.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -85,6 +86,24 @@ def assert_preempted_once_and_resumed(project: Path, jobs: list[Job], want: dict
             assert "(preempted at " in done["logs"], done["logs"]
         else:  # SLURM requeued it; the job script must not requeue it a second time
             assert "requeued SLURM job" not in done["logs"], done["logs"]
+        _the_report_tells_the_preemption(project, job)
+
+
+def _the_report_tells_the_preemption(project: Path, job: Job) -> None:
+    """`hpc report`: the first attempt stopped on TERM at a step boundary (with grace time: nothing redone, the
+    next resumes from its step) or was killed (without); the last ends COMPLETED, its end no stop."""
+    data = json.loads(hpc(project, "report", "--json", job.id, check=True).stdout)
+    (task,) = data["tasks"]
+    first, second, last = task["attempts"][0], task["attempts"][1], task["attempts"][-1]
+    assert "requeued" in first["reason"], first["reason"]
+    if job.name.startswith("grace"):
+        assert first["reason"].startswith("stopped at step") and "TERM" in first["reason"], first["reason"]
+        assert first["redone_steps"] == 0 and second["resumed_from"] == first["step_to"], (first, second)
+    else:
+        assert first["reason"].startswith("killed after step"), first["reason"]
+    assert last["reason"].endswith("COMPLETED") and last["phases_s"]["stopping"] == 0, last
+    for a in task["attempts"]:
+        assert sum(a["node_s"].values()) == pytest.approx(a["allocated_node_s"]), a
 
 
 def test_a_cancelled_job_stays_cancelled_in_a_partition_with_grace_time(project):

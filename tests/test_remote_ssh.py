@@ -91,6 +91,11 @@ def test_submit_logs_status_list_wait_over_ssh_and_a_resubmit_sends_only_what_ch
     assert wait.returncode == 0 and "COMPLETED" in wait.stdout, wait.stdout + wait.stderr
     status = json.loads(hpc(login, project, "status", "--json", job["job_id"]).stdout)
     assert (status["state"], status["exit_code"], status["job_dir"]) == ("COMPLETED", 0, job["job_dir"])
+    # the report over SSH: sacct's one run of 2 nodes, no hpc runtime in it (all of it unrecorded)
+    report = json.loads(hpc(login, project, "report", "--json", job["job_id"]).stdout)
+    (a,) = report["tasks"][0]["attempts"]
+    assert (a["reason"], a["nodes"], a["hosts"]) == ("COMPLETED", 2, ["node1", "node2"]), a
+    assert a["phases_s"]["unrecorded"] == a["seconds"]
     assert job["job_dir"].startswith("/tmp/hpc-slurm/remote-jobs/")  # the folder is on the cluster ...
     saved = record(project, job["job_id"])
     assert saved["remote"]["port"] == 2222 and Path(saved["record_dir"]).is_relative_to(project.parent / "xdg-data")
