@@ -11,8 +11,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from hpc.cluster import backends
-from hpc.cluster.config import files, profiles
+from hpc.cluster.config import files, profiles, scheduler_keys
 from hpc.cluster.config.effective import Effective
 from hpc.cluster.config.schema import PROFILE_DEFAULTS, ClusterProfile, JobSpec, record
 from hpc.contract.validate import check_field, field_names, unknown_key_error
@@ -259,7 +258,7 @@ def _check_against_profile(job: JobSpec, profile: ClusterProfile, located: dict[
             fail("nodes", f"is outside the elastic range {job.elastic}", f"ask for between {lo} and {hi} nodes")
     if job.min_nodes is not None:
         _check_min_nodes(job, fail)
-    refused = backends.for_profile(profile).refused_key(job, profile)  # what the scheduler takes is its backend's
+    refused = scheduler_keys.refused_key(job, profile)
     if refused is not None:
         fail(*refused)
     if job.array and job.sweep:
