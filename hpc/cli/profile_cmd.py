@@ -152,9 +152,11 @@ def new(name, out, yes, detect, remote_ref, qos, constraint, max_nodes, **answer
     extra = {"qos": qos, "constraint": constraint, "max_nodes": max_nodes}
     if detect:
         _target(name, out)  # taken: said before the cluster is asked
-        from hpc.cli.profile_detect import detected_text
+        from hpc.cli.profile_detect import asker
+        from hpc.cluster.config.detect import detected_text
 
-        _write(name, out, detected_text(name, {**answers, **extra}, _QUESTIONS, yes, remote_ref))
+        questions = [] if yes else [key for key, _, _, _ in _QUESTIONS]  # -y leaves out what SLURM does not say
+        _write(name, out, detected_text(name, {**answers, **extra}, remote_ref, questions, asker(_QUESTIONS)))
         return
     import yaml
 

@@ -201,8 +201,8 @@ def _check_spares(job, profile, backend, vetted: bool) -> None:
                        fix="drop one of --spare-nodes and --elastic")
 
 
-def _check_fewer_nodes(job, profile, backend) -> None:
-    if job.fewer_nodes and backend.name != "slurm":
+def _check_min_nodes(job, profile, backend) -> None:
+    if job.min_nodes and backend.name != "slurm":
         raise HpcError(f"min_nodes = {job.min_nodes} on the {profile.name} profile: only a SLURM job is requeued onto "
                        "fewer nodes", fix="drop --min-nodes, or submit to a SLURM profile")
 
@@ -210,8 +210,8 @@ def _check_fewer_nodes(job, profile, backend) -> None:
 def node_range(job: JobSpec) -> tuple[int, int] | None:
     """(fewest, most) nodes the job can run on, where it is not exactly `nodes`: spare nodes (N to N+K), elastic
     (MIN to MAX), min_nodes (MIN to N, once fewer than N nodes are left to it)."""
-    if job.fewer_nodes:
-        return job.fewer_nodes, job.nodes
+    if job.min_nodes:
+        return job.min_nodes, job.nodes
     if job.spare_nodes:
         return job.nodes, job.nodes + job.spare_nodes
     if job.elastic_range:
@@ -242,8 +242,8 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
                        fix=f"use one of {', '.join(known)}, or put {name} in ./job_templates") from None
     vetted = vets(job, profile, backend)
     _check_spares(job, profile, backend, vetted)
-    _check_fewer_nodes(job, profile, backend)
-    mesh_sizes.check(job_environment(job, profile), job.nodes, job.nproc_per_node, job.elastic, job.fewer_nodes)
+    _check_min_nodes(job, profile, backend)
+    mesh_sizes.check(job_environment(job, profile), job.nodes, job.nproc_per_node, job.elastic, job.min_nodes)
     hostfile = _hostfile(job, profile, backend)
     dirs = backend.directives(job, profile, job_dir, array_spec)
     srun_flags, wrap = container_args(profile, job)
@@ -294,7 +294,7 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         "node_range": node_range(job),
         "fewest_nodes": node_range(job)[0] if node_range(job) else job.nodes,
         # min_nodes: an attempt runs on the nodes SLURM gave it ($nnodes), MIN to N; None: exactly the job's
-        "min_nodes": job.fewer_nodes,
+        "min_nodes": job.min_nodes,
         "lost_node_after": profile.lost_nodes.after,
         "probe_timeout": profile.lost_nodes.probe_timeout,
     }

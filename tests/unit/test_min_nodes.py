@@ -39,6 +39,9 @@ def test_min_nodes_equal_to_nodes_changes_nothing(in_tmp):
     plain, same = _render("slurm-local", nodes=2), _render("slurm-local", nodes=2, min_nodes=2)
     assert plain.script.replace("/m", "") == same.script.replace("/m", "")
     assert same.runtime_config["min_nodes"] is None
+    # one meaning in the code: a resolved min_nodes is below nodes, or None; --explain says why it went
+    assert same.effective.job.min_nodes is None
+    assert same.effective.sources["min_nodes"] == "dropped (flag (--min-nodes): 2 = nodes, runs on exactly those)"
     # and so with the keys it would conflict with
     _render("slurm-local", launcher="torchrun", elastic="1:2", min_nodes=2)
 

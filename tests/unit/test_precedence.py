@@ -1,8 +1,8 @@
 import pytest
 
-from hpc.cluster.backends.slurm import SlurmBackend
 from hpc.cluster.config import precedence as p
-from hpc.errors import ConfigError
+from hpc.cluster.config import scheduler_keys
+from hpc.errors import ConfigError, HpcError
 
 
 def resolve(profile="slurm-local", flags=None, env=None, job_file=None, sets=None):
@@ -97,20 +97,26 @@ def test_job_file_unknown_key(in_tmp):
         resolve(job_file=jf)
 
 
-# --- what a scheduler takes is its backend's: precedence asks it and names where the key was set ----------------
-def test_precedence_asks_the_profiles_backend_what_its_scheduler_takes(in_tmp, monkeypatch):
+# --- what a scheduler takes: precedence asks the profile's scheduler and names where the key was set ------------
+def test_precedence_asks_the_profiles_scheduler_what_it_takes(in_tmp, monkeypatch):
     asked = []
 
-    def refused_key(self, job, profile):
-        asked.append((type(self).__name__, profile.name))
+    def refused_key(job, profile):
+        asked.append(profile.name)
         return ("nodes", "is odd on this cluster", "ask for an even number") if job.nodes % 2 else None
 
-    monkeypatch.setattr(SlurmBackend, "refused_key", refused_key)
+    monkeypatch.setitem(scheduler_keys._RULES, "slurm", refused_key)
     assert resolve(flags={"nodes": 2}).job.nodes == 2
     with pytest.raises(ConfigError) as err:
         resolve(env={"HPC_NODES": "3"})
     assert str(err.value) == "environment: HPC_NODES = 3: is odd on this cluster; fix: ask for an even number"
-    assert asked == [("SlurmBackend", "slurm-local")] * 2
+    assert asked == ["slurm-local"] * 2
+
+
+def test_a_remote_profile_must_be_slurm_before_anything_is_planned(in_tmp):
+    (in_tmp / "odd.yaml").write_text("name: odd\nscheduler: local\nremote: {host: login1, job_root: /scratch/j}\n")
+    with pytest.raises(HpcError, match="profile odd: remote needs scheduler slurm"):
+        resolve(str(in_tmp / "odd.yaml"))
 
 
 def test_each_scheduler_keeps_its_own_limits(in_tmp):

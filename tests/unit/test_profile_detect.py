@@ -178,7 +178,7 @@ def cli_on_site(monkeypatch, in_tmp):
     """`hpc profile ...` in this process, its SLURM answered from SITE_ANSWERS."""
     from click.testing import CliRunner
 
-    from hpc.cli import profile_detect
+    from hpc.cluster.config import detect
 
     calls = []
 
@@ -187,7 +187,7 @@ def cli_on_site(monkeypatch, in_tmp):
         calls.append(remote)
         return slurm, "recorded"
 
-    monkeypatch.setattr(profile_detect, "live_slurm", recorded)
+    monkeypatch.setattr(detect, "live_slurm", recorded)
 
     def run(*args, input=None):
         from hpc.cli import cli

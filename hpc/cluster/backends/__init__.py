@@ -1,7 +1,8 @@
 """One backend per scheduler: everything scheduler-specific, from a job's plan to its states, logs and cancel.
 
 The profile's ``scheduler`` names the backend (``get``); a job record names the one that submitted it
-(``for_record``). Nothing outside this package asks which scheduler it is.
+(``for_record``). What a scheduler takes of a job's keys is asked while the job is resolved, below this package
+(``hpc.cluster.config.scheduler_keys``): the backends plan from the resolved job, so config cannot ask them.
 """
 
 from __future__ import annotations
@@ -53,13 +54,10 @@ def for_record(record) -> Backend:
 
 
 def for_profile(profile) -> Backend:
-    if profile.remote is not None:
-        if profile.scheduler != "slurm":
-            from hpc.errors import HpcError
+    from hpc.cluster.config.scheduler_keys import scheduler
 
-            raise HpcError(f"profile {profile.name}: remote needs scheduler slurm", fix="drop remote, or use slurm")
-        return _over_ssh(profile.remote)
-    return get(profile.scheduler)
+    name = scheduler(profile)  # refuses a remote that is not SLURM
+    return _over_ssh(profile.remote) if profile.remote is not None else get(name)
 
 
 __all__ = ["Backend", "Plan", "get", "for_record", "for_profile", "names"]

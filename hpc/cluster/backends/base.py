@@ -78,11 +78,6 @@ class Backend:
     def template(self, job) -> str:
         raise NotImplementedError
 
-    def refused_key(self, job, profile) -> tuple[str, str, str] | None:
-        """A key whose value this scheduler cannot take, as (key, problem, fix); asked while the job is resolved,
-        so the error names the file, variable or flag that set the key."""
-        return None
-
     def check(self, job, profile, n_sweep: int) -> None:
         """Refuse what this scheduler cannot run, before anything is written."""
 

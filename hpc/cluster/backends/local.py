@@ -19,7 +19,7 @@ from hpc.cluster.backends.base import (
     from_exit_file,
 )
 from hpc.cluster.records import JobRecord
-from hpc.contract import checks, layout
+from hpc.contract import layout
 from hpc.errors import HpcError
 from hpc.slurm import formats
 from hpc.slurm.commands import TaskState
@@ -34,14 +34,6 @@ class LocalBackend(Backend):
 
     def template(self, job) -> str:
         return "local.sh.j2"
-
-    def refused_key(self, job, profile) -> tuple[str, str, str] | None:
-        if job.nproc_per_node:  # every process runs on this machine: bounded before any starts
-            try:
-                checks.local_processes(job.nproc_per_node)
-            except HpcError as e:
-                return "nproc_per_node", e.problem, e.fix
-        return None
 
     def check(self, job, profile, n_sweep: int) -> None:
         if n_sweep or job.array:

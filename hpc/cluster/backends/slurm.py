@@ -87,14 +87,6 @@ class SlurmBackend(Backend):
     def __init__(self, slurm: Slurm | None = None):
         self.slurm = slurm or Slurm()
 
-    def refused_key(self, job, profile) -> tuple[str, str, str] | None:
-        if job.array:  # sized before any index is built, against the cluster's MaxArraySize
-            try:
-                array_spec.parse(job.array, profile.max_array_size or array_spec.DEFAULT_MAX_ARRAY_SIZE)
-            except HpcError as e:
-                return "array", e.problem, e.fix
-        return None
-
     def check(self, job, profile, n_sweep: int) -> None:
         limit = profile.max_array_size or array_spec.DEFAULT_MAX_ARRAY_SIZE
         if n_sweep > limit:  # a sweep is an array 0-(n-1)

@@ -8,13 +8,20 @@ left out, never guessed (the profile's defaults, or the user's flags, then apply
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from hpc.errors import HpcError
 from hpc.slurm import formats
 from hpc.slurm.cluster_facts import ClusterFacts, Partition
 
 COMMENT_WIDTH = 110
 HPC_DEFAULT_TIME = "01:00:00"  # ClusterProfile's default_time, which must stay within a detected max_time
+# flag key -> the profile key it sets (the preemption flags go under preemption:)
+FLAG_KEYS = {"signal": "preemption.signal", "lead_time": "preemption.lead_time"}
+# questions the cluster answers, or says have no answer (MaxTime=UNLIMITED, nodes without GPUs): never asked
+# with --detect; a flag still sets them
+ANSWERED_BY_CLUSTER = {"scheduler", "partition", "gpus_per_node", "tasks_per_node", "cpus_per_task", "max_time"}
 
 
 @dataclass
@@ -166,3 +173,92 @@ def render(header: str, entries: list[Detected]) -> str:
         else:
             blocks[top] = comment(e.source, "") + dump(top, e.value, "")
     return "\n".join([*comment(header, ""), *(line for b in blocks.values() for line in b)]) + "\n"
+
+
+def live_slurm(remote):
+    """A Slurm that asks the cluster, and where: over SSH through ``remote`` (a profile's), else this machine's
+    clients."""
+    from hpc.slurm.commands import Slurm, require_conf
+
+    if remote is not None:
+        from hpc.cluster.ssh import Ssh
+
+        ssh = Ssh(remote)
+        return Slurm(run=ssh.run), f"over SSH to {ssh.label}"
+    require_conf()
+    return Slurm(), "here"
+
+
+def detected_text(name: str, given: dict, remote_ref: str | None = None, questions: Iterable[str] = (),
+                  ask: Callable[[str], object] | None = None) -> str:
+    """The new profile's YAML from the live cluster, with ``given`` (the flags) over what was detected.
+    ``questions``: keys, in order, to ``ask`` the user for where neither the cluster nor a flag says them; an
+    empty answer leaves the key out."""
+    from hpc.cluster.config import profiles
+    from hpc.contract.validate import to_plain
+    from hpc.slurm.cluster_facts import gather
+
+    if given.get("scheduler") == "local":
+        raise HpcError("--detect reads a SLURM cluster; --scheduler local has nothing to detect",
+                       fix="drop --scheduler local, or drop --detect")
+    remote = None
+    if remote_ref:
+        prof, _, _ = profiles.load(remote_ref)
+        if prof.remote is None:
+            raise HpcError(f"profile {prof.name} has no remote (login node) to detect through",
+                           fix="name a profile with a remote: block, or run on the login node without --remote")
+        remote = prof.remote
+    slurm, where = live_slurm(remote)
+    facts = gather(slurm, given.get("partition"))
+    partition = facts.partition(given.get("partition"))
+    if partition is None:
+        names = ", ".join(facts.partitions) or "none"
+        if given.get("partition"):
+            raise HpcError(f"partition {given['partition']!r} does not exist on this cluster (partitions: {names})",
+                           fix="give one of them with --partition")
+        raise HpcError(f"the cluster has no default partition (partitions: {names})",
+                       fix="choose one with --partition")
+    entries = [Detected("name", name, ""), Detected("scheduler", "slurm", "")]
+    entries += detect(facts, partition, given.get("gpus_per_node"), given.get("qos"))
+    if remote is not None:
+        settings = {k: v for k, v in to_plain(remote).items() if v not in (None, [], {})}
+        entries.append(Detected("remote", settings, f"the login node of profile {remote_ref}"))
+    found = _flags_over(entries, given)
+    for key in questions:  # what the cluster cannot say (modules, launcher, ...)
+        target = FLAG_KEYS.get(key, key)
+        if key in ANSWERED_BY_CLUSTER or target in found or given.get(key) not in (None, ""):
+            continue
+        answer = ask(key)
+        if answer not in ("", 0, None):
+            entries.append(Detected(target, _modules(answer) if key == "modules" else answer, "your answer"))
+    asked = "scontrol show partition/node/config" + (", sacctmgr" if facts.access is not None else "")
+    header = (f"Written by `hpc profile new --detect` from what SLURM cluster {facts.cluster_name or '?'} said "
+              f"about itself ({where}: {asked}). The line above each value says where it came from; what SLURM "
+              f"does not state is left out. `hpc profile check {name}` holds it against the cluster again.")
+    return render(header, entries)
+
+
+def _modules(text: str) -> list[str]:
+    return [m.strip() for m in text.split(",") if m.strip()]
+
+
+def _flags_over(entries: list[Detected], given: dict) -> dict[str, Detected]:
+    """``given`` (the flags) in place of what was detected, each noting what the cluster said where they differ;
+    ``entries`` changed in place. Returns every entry by its key."""
+    found = {e.key: e for e in entries}
+    for key, value in given.items():
+        if value in (None, "") or key in ("scheduler", "partition"):
+            continue
+        target = FLAG_KEYS.get(key, key)
+        if key == "modules":
+            value = _modules(value)
+        flag = f"--{key.replace('_', '-')}"
+        was = found.get(target)
+        note = f"{flag}; the cluster says {was.value} ({was.source})" if was and was.value != value else flag
+        replacement = Detected(target, value, note)
+        if was:
+            entries[entries.index(was)] = replacement
+        else:
+            entries.append(replacement)
+        found[target] = replacement
+    return found

@@ -1,7 +1,7 @@
 """The resolved job with every value's source: what precedence.resolve() returns and the backends plan from.
 
-Its own module so that precedence can ask the profile's backend what the scheduler accepts: the backends read
-this shape, and precedence imports them, so neither may import the other for it.
+Its own module because it is read far more widely than precedence (render, the backends, submission): they need
+the shape, not how it is made.
 """
 
 from __future__ import annotations

@@ -11,8 +11,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from hpc.cluster import backends
-from hpc.cluster.config import files, profiles
+from hpc.cluster.config import files, profiles, scheduler_keys
 from hpc.cluster.config.effective import Effective
 from hpc.cluster.config.schema import PROFILE_DEFAULTS, ClusterProfile, JobSpec, record
 from hpc.contract.validate import check_field, field_names, unknown_key_error
@@ -205,15 +204,19 @@ def _derive(job: JobSpec, profile: ClusterProfile, sources: dict[str, str]) -> t
             changes["job_name"], derived["job_name"] = name, "derived (from what it runs)"
     if job.elastic_range and "nodes" not in sources:
         changes["nodes"], derived["nodes"] = job.elastic_range[1], "derived (elastic MAX)"
+    if job.min_nodes is not None and job.min_nodes == changes.get("nodes", job.nodes):
+        # the job without it (how a job file turns a profile's min_nodes off): from here on, min_nodes set means
+        # the job may run on fewer nodes
+        changes["min_nodes"] = None
+        derived["min_nodes"] = f"dropped ({sources['min_nodes']}: {job.min_nodes} = nodes, runs on exactly those)"
     return (dataclasses.replace(job, **changes) if changes else job), derived
 
 
 def _check_min_nodes(job: JobSpec, fail) -> None:
-    """min_nodes: 1..nodes, and nothing else deciding how many nodes the job runs on."""
+    """min_nodes: 1..nodes, and nothing else deciding how many nodes the job runs on (min_nodes = nodes was
+    dropped by _derive: the job runs on exactly its nodes, as without it)."""
     if job.min_nodes > job.nodes:
         fail("min_nodes", f"exceeds the job's {job.nodes} node(s)", f"give 1 to {job.nodes}, or drop min_nodes")
-    if job.fewer_nodes is None:
-        return  # min_nodes = nodes: the job runs on exactly its nodes, as without it
     if job.elastic:
         fail("min_nodes", f"cannot be combined with --elastic {job.elastic}, which has its own MIN",
              "drop min_nodes (an elastic job goes down to its MIN by itself)")
@@ -259,7 +262,7 @@ def _check_against_profile(job: JobSpec, profile: ClusterProfile, located: dict[
             fail("nodes", f"is outside the elastic range {job.elastic}", f"ask for between {lo} and {hi} nodes")
     if job.min_nodes is not None:
         _check_min_nodes(job, fail)
-    refused = backends.for_profile(profile).refused_key(job, profile)  # what the scheduler takes is its backend's
+    refused = scheduler_keys.refused_key(job, profile)
     if refused is not None:
         fail(*refused)
     if job.array and job.sweep:

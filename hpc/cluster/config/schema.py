@@ -162,7 +162,8 @@ class JobSpec(TrainingSettings, _Repr):
     max_restarts: int = _check(checks.non_negative, default=0)
     # nodes allocated beyond `nodes`: vetting starts the job on the best `nodes` of them
     spare_nodes: int = _check(checks.non_negative, default=0)
-    # a requeue that cannot get `nodes` fit nodes (nodes excluded for the job's life) runs on down to this many
+    # a requeue that cannot get `nodes` fit nodes (nodes excluded for the job's life) runs on down to this many;
+    # resolved, it is None or below `nodes` (min_nodes = nodes is the job without it, and resolves to None)
     min_nodes: int | None = _check(checks.min_nodes, default=None)
     vet: bool | None = None  # vet the nodes before the ranks start (None: the profile's vetting.enabled decides)
     monitor_interval: float | None = _check(checks.positive_seconds, default=None)  # between torchrun's checks
@@ -179,11 +180,6 @@ class JobSpec(TrainingSettings, _Repr):
     # in-job settings, read by Accelerator from the runtime config (arguments in code override them)
     mixed_precision: Literal["no", "bf16", "fp16", "fp8"] | None = None
     gradient_accumulation_steps: int | None = _check(checks.positive, default=None)
-
-    @property
-    def fewer_nodes(self) -> int | None:
-        """min_nodes where it lets the job run on fewer than `nodes` (min_nodes = nodes changes nothing)."""
-        return self.min_nodes if self.min_nodes is not None and self.min_nodes < self.nodes else None
 
     @property
     def elastic_range(self) -> tuple[int, int] | None:
