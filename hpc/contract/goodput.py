@@ -149,8 +149,9 @@ def _step(e: dict) -> int | None:
 def _span_from_events(evs: list[dict], now: float | None) -> tuple[float, float, bool]:
     started = next((e for e in evs if e["event"] == "started"), None)
     start = min(e["t"] for e in evs)
-    if started is not None and isinstance(started.get("batch_start"), (int, float)):
-        start = min(start, float(started["batch_start"]))
+    for key in ("batch_start", "proc_start"):  # the batch script's start; else (local) the process's own
+        if started is not None and isinstance(started.get(key), (int, float)):
+            start = min(start, float(started[key]))
     running = now is not None
     return start, (now if running else max(e["t"] for e in evs)), running
 

@@ -66,7 +66,8 @@ class RunGuard:
         # rank 0's account of the attempt for `hpc report` (tasks/<task>.timeline): a few lines an attempt
         self.timeline = TimelineWriter(options.in_job and process.is_main_process,
                                        node_first=options.in_job and process.is_local_main_process,
-                                       steps=lambda: self.training.completed_steps)
+                                       steps=lambda: self.training.completed_steps,
+                                       on_exit=self._ended_without_end_training)
         self.timeline.started(process.world_size, training.completed_steps)
         if options.in_job:  # inside an hpc job the warning signal starts ignored; from now on it is noted
             self.watch.install(term=False)
@@ -267,15 +268,23 @@ class RunGuard:
         if self.timeline.on and not getattr(self, "_stop_noted", False):
             self.timeline.note("finished", step=self.training.completed_steps)
             self._report_goodput()
+            self._stop_noted = True
 
-    def _report_goodput(self) -> None:
+    def _ended_without_end_training(self) -> None:
+        """The process exits and neither a stop nor end_training() said how the attempt went (most scripts just
+        return): the goodput line goes to the log (the trackers may be closed by now)."""
+        if not getattr(self, "_stop_noted", False):
+            self._report_goodput(trackers_too=False)
+
+    def _report_goodput(self, trackers_too: bool = True) -> None:
         """Rank 0, at the end of an attempt: the goodput so far and the steps redone, to the trackers and the log."""
         try:
             summary = self.timeline.summary()
             if summary is None or summary["goodput"] is None:
                 return
-            trackers.log_to_running({"hpc/goodput": summary["goodput"], "hpc/redone_steps": summary["redone_steps"]},
-                                    self.training.completed_steps)
+            if trackers_too:
+                trackers.log_to_running({"hpc/goodput": summary["goodput"],
+                                         "hpc/redone_steps": summary["redone_steps"]}, self.training.completed_steps)
             preemption.log(f"goodput so far {summary['goodput']:.1%} of {summary['allocated_node_s']:.0f} "
                            f"node-seconds; {summary['redone_steps']} step(s) redone after resumes")
         except Exception as e:  # noqa: BLE001 - a report must never fail the run

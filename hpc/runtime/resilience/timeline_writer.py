@@ -30,10 +30,11 @@ def _note_exit() -> None:
 
 class TimelineWriter:
     """``main``: rank 0, which writes every event; ``node_first``: the first rank of a node, which notes only an
-    exit by an exception; ``steps``: the optimizer steps completed so far, read at the exit."""
+    exit by an exception; ``steps``: the optimizer steps completed so far, read at the exit; ``on_exit``: called
+    on rank 0 once the exit is noted (the end-of-attempt goodput line of a script that just returns)."""
 
     def __init__(self, main: bool, every_s: float | None = None, *, node_first: bool = False,
-                 steps: Callable[[], int] | None = None):
+                 steps: Callable[[], int] | None = None, on_exit: Callable[[], None] | None = None):
         job_dir = os.environ.get("HPC_JOB_DIR")
         self.task = os.environ.get("HPC_TASK", "0")
         self.main = bool(main and job_dir)
@@ -42,6 +43,7 @@ class TimelineWriter:
         self.job_dir = job_dir
         self.every_s = timeline.progress_every_s() if every_s is None else every_s
         self._steps = steps
+        self._on_exit = on_exit
         self._next_progress = 0.0
         self._training = False
         self._signalled = False
@@ -109,6 +111,8 @@ class TimelineWriter:
         except Exception:  # noqa: BLE001 - a half-torn-down process still notes that it ended
             step = None
         timeline.append(self.file, "ended", step=step, rank=os.environ.get("RANK"), **fields)
+        if self.main and self._on_exit is not None:
+            self._on_exit()
 
     def summary(self) -> dict | None:
         """The goodput of the attempts so far, as the job sees them (its own events; the allocation's end: now)."""
