@@ -95,6 +95,9 @@ def test_each_way_a_local_run_ends_is_reported_as_it_happened(local_jobs, end):
     a = _check(project, job, out, end)
     if end == "return":  # the script's save_state at step 3 is one save, at its step
         assert [s["step"] for s in a["saves"]] == [3]
+    if end in ("return", "end_training"):  # the job's own end-of-attempt line, end_training() or not
+        logs = hpc(project, "logs", job, check=True).stdout
+        assert logs.count("hpc: goodput so far") == 1, logs[-2000:]
 
 
 def test_a_local_job_without_hpcs_runtime_is_one_unrecorded_attempt(local_jobs):
