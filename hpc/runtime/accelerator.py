@@ -287,7 +287,7 @@ class Accelerator:
         kind = self.distributed_type
         return ddp.join_uneven_inputs(joinables, kind in (DistributedType.MULTI_GPU, DistributedType.MULTI_CPU),
                                       kind == DistributedType.NO, self.training.loaders, even_batches,
-                                      self._guard.stop_vote.held_back())
+                                      self._guard.held_back(), self._guard.join_vote.block)
 
     def unscale_gradients(self, optimizer=None) -> None:
         """fp16: divide the gradients by the loss scale now (once per step), e.g. to look at them."""

@@ -28,6 +28,7 @@ from hpc.runtime.checkpoint import script_resume as script_checkpoints
 from hpc.runtime.checkpoint.training_checkpoints import ResumeInfo, TrainingCheckpoints
 from hpc.runtime.process_env import ProcessState
 from hpc.runtime.resilience import preemption
+from hpc.runtime.resilience.join_vote import JoinVote
 from hpc.runtime.resilience.pace import Pace
 from hpc.runtime.resilience.stop_vote import StopVote
 from hpc.runtime.resilience.stragglers import Stragglers
@@ -55,6 +56,7 @@ class RunGuard:
         self.watch = preemption.PreemptionWatch(requeue_signals(options.requeue_signal),
                                                 os.environ.get("HPC_STOP_FILE"))
         self.stop_vote = StopVote(process.distributed, process.backend)
+        self.join_vote = JoinVote(self)  # the stop vote inside join_uneven_inputs
         self.stop_code, self.stop_reason = 0, ""
         self._resume_save_as = options.resume_save_as  # the naming of step checkpoints, read off the script's
         self._batch_marks: dict[int, int] = {}  # loader -> completed steps at its previous batch of this pass
@@ -210,8 +212,16 @@ class RunGuard:
         self.stop_code = max(self.stop_code, code)
         return self.stop_code > 0
 
+    def held_back(self):
+        """Inside join_uneven_inputs: no per-step collective of hpc's (the joined ranks make none; join_vote.py)."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.stop_vote.held_back())
+        stack.enter_context(self.stragglers.held_back())
+        return stack
+
     def preemption_point(self) -> None:
-        if self.should_stop:
+        # inside join_uneven_inputs a save waits for joined ranks: the join vote stops there (join_vote.py)
+        if self.should_stop and not self.join_vote.inside:
             self.stop_here(self.save_state(None, async_save=False))
 
     def before_batch(self, loader, first: bool) -> None:
@@ -223,7 +233,7 @@ class RunGuard:
         steps = self.training.completed_steps
         before = None if first else self._batch_marks.get(id(loader))
         self._batch_marks[id(loader)] = steps
-        if before is None or before == steps or not self.should_stop:
+        if before is None or before == steps or not self.should_stop or self.join_vote.inside:
             return
         # every rank is here (the stop is seen alike): rank 0's naming holds for all (diffusers saves on it alone)
         naming = self.process.broadcast_object(self._resume_save_as)

@@ -27,6 +27,7 @@ hosts are gathered once, when a straggler is first named. Each rank is named onc
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import math
 import os
@@ -188,6 +189,7 @@ class Stragglers:
         self._last = 0
         self._window_start = 0.0
         self._hosts: list[str] | None = None
+        self._held = 0
 
     @classmethod
     def off(cls, process) -> Stragglers:
@@ -205,10 +207,21 @@ class Stragglers:
         if self.enabled:
             self.timer.pause()
 
+    @contextlib.contextmanager
+    def held_back(self):
+        """No window's collective inside join_uneven_inputs (a joined rank takes no steps); the windows start over
+        after the block, from the step counts every rank takes from the last to join (join_vote.py)."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+            self._end = None
+
     def step_done(self, steps: int) -> str | None:
         """Optimizer step ``steps`` has ended; returns why the run must stop and requeue (straggler_action
         "requeue", a straggler named), the same on every rank, else None."""
-        if not self.enabled:
+        if not self.enabled or self._held:
             return None
         if self._end is None or not self._last < steps <= self._end:
             self._align(steps)  # the first step of the attempt, or the counters moved (load_state)

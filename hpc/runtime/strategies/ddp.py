@@ -49,10 +49,12 @@ def sync_in_backward(model):
 
 @contextlib.contextmanager
 def join_uneven_inputs(joinables, data_parallel: bool, one_process: bool, loaders: list, even_batches: bool | None,
-                       no_votes=None):
+                       no_votes=None, stops=None):
     """Ranks with fewer batches than others join the collectives of the ones still training (DDP's Join).
     ``even_batches`` overrides the prepared map-style ``loaders``' setting inside the block; ``no_votes`` holds
-    hpc's stop votes back while it runs (the joined ranks cannot cast theirs)."""
+    hpc's per-step collectives (stop votes, the straggler check) back while it runs (the joined ranks cannot make
+    theirs); ``stops(joinables)``, a context manager, gives the joinables to join with hpc's stop vote inside the
+    block (resilience/join_vote.py)."""
     if not data_parallel:
         if not one_process:  # one process has nothing to join: no warning
             warnings.warn("join_uneven_inputs is only supported for multi-GPU and multi-CPU data parallelism "
@@ -69,5 +71,7 @@ def join_uneven_inputs(joinables, data_parallel: bool, one_process: bool, loader
                     stack.enter_context(loader.even_batches_as(even_batches))
         if no_votes is not None:
             stack.enter_context(no_votes)
+        if stops is not None:
+            joinables = stack.enter_context(stops(joinables))
         stack.enter_context(Join(joinables))
         yield
