@@ -177,7 +177,9 @@ def test_submit_dry_run_checks_a_config_files_cp_size_against_the_jobs_processes
     from tests.unit.test_accelerate_compat import hpc
 
     (tmp_path / "t.py").write_text("")
-    done = hpc(tmp_path, "submit", "--dry-run", "-p", "slurm-local", "-N", nodes, "--nproc", nproc,
+    (tmp_path / "cluster_configs").mkdir()  # slurm-local's max_nodes is the on-machine cluster's 3
+    (tmp_path / "cluster_configs" / "wide.yaml").write_text("extends: slurm-local\nmax_nodes: 8\n")
+    done = hpc(tmp_path, "submit", "--dry-run", "-p", "wide", "-N", nodes, "--nproc", nproc,
                "--config_file", cp_config(tmp_path, 2), "t.py")
     if words is None:
         assert done.returncode == 0 and "export PARALLELISM_CONFIG_CP_SIZE=2" in done.stdout, done.stderr
