@@ -67,6 +67,7 @@ JOIN_WORKER = textwrap.dedent("""
     with acc.join_uneven_inputs([model]):
         for ids, xb, yb in loader:
             with acc.accumulate(model):
+                xb = xb + 0.01 * torch.randn_like(xb)  # drawn before the forward, as a diffusion step's noise
                 acc.backward(torch.nn.functional.mse_loss(model(xb), yb))
                 opt.step()
                 sched.step()

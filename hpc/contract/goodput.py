@@ -13,15 +13,15 @@ Phases, in the order an attempt meets them (the JSON keys of `hpc report --json`
                  processes' start (noticing the loss, the rendezvous' wait, starting the processes)
     stopping     a stop's or a kill's end: the stop (or the last recorded moment) to the allocation's end, that is
                  the exit, a kill's wait, the requeue
-    ending       a run that ended by itself (the script returned, end_training, an exit, an exception): from that
-                 end to the allocation's end, that is the interpreter's exit and the launcher's and batch
-                 script's last lines
+    ending       a run that ended by itself (the script returned, end_training, an exit, an exception): from its
+                 last optimizer step to the allocation's end, that is a final evaluation or save, the
+                 interpreter's exit and the launcher's and batch script's last lines
     unrecorded   an attempt with no timeline at all (no hpc runtime in it, or its rank 0 never started)
     idle_spares  node-seconds of allocated nodes the run did not use (spares SLURM could not take back)
 
-An elastic job's restarts inside one allocation (torchrun's worker groups, the timeline's ``run``) are attempts of
-their own here, each a slice of the allocation: the steps a lost run trained after the checkpoint the next one
-resumed from are redone, and the wait between them is restart time, not training.
+An elastic job's restarts inside one allocation (torchrun's worker groups: a ``started`` line of a new rank-0
+process) are attempts of their own here, each a slice of the allocation: the steps a lost run trained after the
+checkpoint the next one resumed from are redone, and the wait between them is restart time, not training.
 
 Each phase's node-seconds are its seconds times the nodes that held it (vetting: every allocated node; the rest:
 the nodes the run used). Goodput = training node-seconds / allocated node-seconds. Queue time is beside the
@@ -79,7 +79,7 @@ class Attempt:
     redone_steps: int = 0
     reason: str = ""
     segments: list[tuple[str, float, float]] = field(default_factory=list)  # (phase, t0, t1), covering the span
-    run: int = 0  # the elastic restart inside the allocation (the timeline's "run")
+    run: int = 0  # the elastic restart inside the allocation: 0, then 1, 2, ... for torchrun's later worker groups
     restarted: bool = False  # an elastic restart followed inside the same allocation
     proc_start_at: float | None = None  # the run's rank 0 process started (after a restart: the new processes)
     ended_at: float | None = None  # the first process exit noted (the timeline's "ended")
@@ -180,7 +180,7 @@ def build(events: list[dict], allocations: list[Allocation] | None = None, *, no
             number = match if match is not None else (max([s[0] for s in spans], default=-1) + 1)
             if match is not None and not running:  # sacct's End is cut to the second: the last lines are inside
                 last = max(e["t"] for e in by[match])
-                end = last if end < last <= end + SCHEDULER_CLOCK_S else end
+                end = min(last, end + SCHEDULER_CLOCK_S) if last > end else end
             spans.append((number, alloc.start, end, running, alloc))
         seen = {s[0] for s in spans}
         for n in numbers:  # the running attempt, not in accounting yet (sacct -c knows ended jobs only)
@@ -241,10 +241,19 @@ def _int(value) -> int | None:
 
 
 def _by_run(evs: list[dict]) -> list[tuple[int, list[dict]]]:
-    out: dict[int, list[dict]] = {}
-    for e in evs:
-        out.setdefault(int(e.get("run") or 0), []).append(e)
-    return sorted(out.items())
+    """An attempt's events cut into its runs: a new run begins at each ``started`` line of another rank-0 process
+    (torchrun started its worker group again: a lost node, a failed rank, a node joining; its own restart count
+    does not change for every one of these). Lines of several nodes are in the order they were written, so an
+    exit the old group's survivors noted comes before the new group's start."""
+    runs: list[list[dict]] = [[]]
+    process = None
+    for e in sorted(evs, key=lambda e: e["t"]):
+        if e["event"] == "started" and isinstance(e.get("proc_start"), (int, float)):
+            if process is not None and e["proc_start"] != process:
+                runs.append([])
+            process = e["proc_start"]
+        runs[-1].append(e)
+    return list(enumerate(r for r in runs if r))
 
 
 def _run_cuts(runs: list[tuple[int, list[dict]]], start: float, end: float) -> list[float]:
@@ -307,8 +316,20 @@ def _fill(a: Attempt, evs: list[dict], vetted_at: float | None, restart: bool = 
     if a.vetted_at is not None and a.vetted_at > cursor:
         segs.append(("vetting", cursor, a.vetted_at))
         cursor = a.vetted_at
-    # the run's work ends at its stop, else at its last line (an exit noted, or the last progress of a kill)
-    train_end = a.end if a.running else (_clamp(a, stop["t"]) if stop else a.last_at)
+    # the run's training ends at its stop; at the last optimizer step of a run that ended by itself (what comes
+    # after it, a final evaluation or save and the exit, is its ending); else at the last line (a kill's progress)
+    last_step = [e["last_step_t"] for e in evs if e["event"] in ("finished", "ended")
+                 and isinstance(e.get("last_step_t"), (int, float))]
+    if a.running:
+        train_end = a.end
+    elif stop:
+        train_end = _clamp(a, stop["t"])
+    elif last_step:
+        train_end = _clamp(a, max(last_step))
+    elif finished is not None:
+        train_end = _clamp(a, finished["t"])
+    else:
+        train_end = a.last_at
     if a.training_at is None:
         segs.append(("startup", cursor, max(cursor, train_end)))
     else:
@@ -320,7 +341,7 @@ def _fill(a: Attempt, evs: list[dict], vetted_at: float | None, restart: bool = 
         ended_by_itself = stop is None and (a.ended_at is not None or finished is not None)
         segs.append(("ending" if ended_by_itself else "stopping", end_of_run, a.end))
     for s in a.saves:
-        segs = _paint(segs, "checkpoint", s["t"] - s["stall_s"], s["t"], only=("training", "startup"))
+        segs = _paint(segs, "checkpoint", s["t"] - s["stall_s"], s["t"], only=("training", "startup", "ending"))
     for h in a.hangs:
         segs = _paint(segs, "hang", h["t"] - h["idle_s"], h["t"], only=("training",))
     a.segments = [(n, t0, t1) for n, t0, t1 in segs if t1 > t0]
@@ -362,13 +383,13 @@ def _reason(a: Attempt, last: bool) -> str:
         said.append("hung")
     if a.stopped_at is not None and a.signal:
         said.append(f"stopped at step {a.step_to} on {a.signal}")
-    elif a.ended_how == "exception":
+    elif a.ended_how == "exception" and a.state != "COMPLETED":
         said.append(f"failed after step {a.step_to}: {a.error}")
     elif a.stopped_at is not None and not last and not a.restarted:
         said.append(f"stopped at step {a.step_to}")
     elif a.stopped_at is not None:
         said.append("work done")
-    elif a.ended_how == "exit":
+    elif a.ended_how is not None:  # an exception noted in a job the scheduler saw end well: handled, or printed
         said.append(f"ended after step {a.step_to}")
     elif a.last_at is not None and a.training_at is not None:
         said.append(f"{'lost' if a.restarted else 'killed'} after step {a.step_to} (last recorded)")

@@ -7,8 +7,6 @@ most every PROGRESS_EVERY_S of training: nothing a step would notice. Every line
 
     t        epoch seconds (float) when it happened (a save's line: when it ended)
     attempt  SLURM_RESTART_COUNT (the local profile's HPC_RESTART_COUNT), 0 for the first run
-    run      the elastic restart inside the attempt (torchrun's TORCHELASTIC_RESTART_COUNT): 0, and 1, 2, ... for
-             the worker groups torchrun started again in the same allocation after a lost node or a failed rank
     event    one of EVENTS
 
 and, by event (missing keys are fine: readers take what is there):
@@ -23,9 +21,9 @@ and, by event (missing keys are fine: readers take what is there):
     signal    why (USR1, TERM, ...): the stop was first seen
     stopped   step, why, requeued (bool): the run stopped at a step boundary
     hang      step, idle_s (how long it had been silent when declared hung)
-    finished  step: end_training(), the work is done
-    ended     step, how, rank: the process is exiting. how "exit": without an uncaught exception (the script
-              returned, called sys.exit, or stop_here exited); "exception": with one (error: its type). Rank 0
+    finished  step, last_step_t (when the last optimizer step ended): end_training(), the work is done
+    ended     step, last_step_t, how, rank: the process is exiting. how "exit": without an uncaught exception (the
+              script returned, called sys.exit, or stop_here exited); "exception": with one (error: its type). Rank 0
               writes it at every exit; on an exception the first rank of every node does too, so that the
               survivors of a lost node say which step the run had reached. The scheduler's state says the rest.
 
@@ -62,21 +60,13 @@ def attempt() -> int:
         return 0
 
 
-def run() -> int:
-    """The elastic restart inside this attempt (torchrun counts its worker groups; 0 without torchrun)."""
-    try:
-        return int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)
-    except ValueError:
-        return 0
-
-
 def path(job_dir: str | os.PathLike, task: str) -> Path:
     return Path(layout.JobFolder(job_dir).task(task, layout.TaskFile.TIMELINE))
 
 
 def append(file: str | os.PathLike, event: str, **fields) -> bool:
     """One event line; whether it was written. Never raises: a missing line costs a report's detail, never a run."""
-    line = {"t": round(time.time(), 3), "attempt": attempt(), "run": run(), "event": event, **fields}
+    line = {"t": round(time.time(), 3), "attempt": attempt(), "event": event, **fields}
     try:
         append_whole(file, json.dumps(line, separators=(",", ":"), default=str) + "\n")
     except (OSError, ValueError, TypeError):
@@ -93,7 +83,6 @@ def parse(text: str) -> list[dict]:
             event = json.loads(line)
             if isinstance(event, dict) and isinstance(event.get("event"), str):
                 event["t"], event["attempt"] = float(event["t"]), int(event["attempt"])
-                event["run"] = int(event.get("run") or 0)  # lines of earlier hpc versions have none
                 out.append(event)
         except (ValueError, KeyError, TypeError):
             continue

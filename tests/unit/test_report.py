@@ -153,30 +153,45 @@ def test_the_completion_notice_carries_the_goodput_and_the_redone_steps(tmp_path
 
 
 # --- how a run ends, and elastic restarts inside one allocation ---------------------------------------------------
-def _one_attempt(*lines, end=1100.0):
-    rows = parse_fields(f"9|9|COMPLETED|990|1000|{int(end)}|2|node[1-2]\n", ATTEMPT_FIELDS)
+def _one_attempt(*lines, end=1100.0, state="COMPLETED"):
+    rows = parse_fields(f"9|9|{state}|990|1000|{int(end)}|2|node[1-2]\n", ATTEMPT_FIELDS)
     return goodput.build(timeline.parse("".join(lines)), report.allocations(rows, since=985.0))
 
 
 def test_a_script_that_returns_without_end_training_ended_and_was_not_killed():
     """Most Accelerate scripts return without end_training(): the exit is the run's end, its steps are counted up
-    to the last one, and the time after it is the ending, not a stop (it read 'killed after step 1 (last recorded)',
-    with everything after the first progress line under stopping)."""
+    to the last one, training ends at that step and the time after it (a final evaluation, the exit) is the
+    ending, not a stop (it read 'killed after step 1 (last recorded)', with everything after the first progress
+    line under stopping)."""
     (a,) = _one_attempt(
         _line(1002.0, 0, "started", batch_start=1000.0, proc_start=1000.5, nodes=2, world=4, step=0),
         _line(1005.0, 0, "training", step=0),
         _line(1006.0, 0, "progress", step=1),  # the next progress line would have come 10 s on
-        _line(1096.0, 0, "ended", step=4, how="exit", rank="0"))
+        _line(1096.0, 0, "ended", step=4, last_step_t=1014.0, how="exit", rank="0"))
     assert a.reason == "ended after step 4; COMPLETED" and a.steps_trained == 4
     phases = a.phase_seconds()
-    assert phases["training"] == 91.0 and phases["ending"] == 4.0 and phases["stopping"] == 0.0
-    assert a.productive_node_s / a.allocated_node_s == pytest.approx(0.91)
+    assert phases["training"] == 9.0 and phases["ending"] == 86.0 and phases["stopping"] == 0.0
+    assert a.productive_node_s / a.allocated_node_s == pytest.approx(0.09)
+
+
+def test_end_training_ends_training_at_its_last_step_and_a_noted_exception_does_not_fail_a_completed_job():
+    (a,) = _one_attempt(
+        _line(1002.0, 0, "started", proc_start=1000.5, nodes=2, world=4, step=0), _line(1005.0, 0, "training", step=0),
+        _line(1040.0, 0, "finished", step=9, last_step_t=1030.0),  # then a final evaluation and push, 50 s
+        _line(1090.0, 0, "ended", step=9, last_step_t=1030.0, how="exception", error="KeyError", rank="0"))
+    assert a.reason == "work done; COMPLETED"
+    assert a.phase_seconds()["training"] == 25.0 and a.phase_seconds()["ending"] == 70.0
+    (b,) = _one_attempt(
+        _line(1002.0, 0, "started", proc_start=1000.5, nodes=2, world=4, step=0), _line(1005.0, 0, "training", step=0),
+        _line(1090.0, 0, "ended", step=9, last_step_t=1030.0, how="exception", error="KeyError", rank="0"))
+    assert b.reason == "ended after step 9; COMPLETED"  # sys.last_value outlives a handled, printed exception
 
 
 def test_an_exception_is_named_and_a_sigkill_is_still_the_last_recorded_step():
     base = [_line(1002.0, 0, "started", nodes=2, world=4, step=0), _line(1005.0, 0, "training", step=0),
             _line(1006.0, 0, "progress", step=1)]
-    failed = _one_attempt(*base, _line(1050.0, 0, "ended", step=7, how="exception", error="ValueError", rank="2"))
+    failed = _one_attempt(*base, _line(1050.0, 0, "ended", step=7, how="exception", error="ValueError", rank="2"),
+                          state="FAILED")
     assert failed[0].reason.startswith("failed after step 7: ValueError")
     killed = _one_attempt(*base)
     assert killed[0].reason.startswith("killed after step 1 (last recorded)")
@@ -192,10 +207,10 @@ def test_an_elastic_restart_inside_the_allocation_is_a_run_of_its_own_with_redon
         _line(1004.5, 0, "progress", step=1),
         _line(1019.0, 0, "save", step=10, stall_s=0.5, folder="c/step-10"),
         _line(1022.0, 0, "ended", step=12, how="exception", error="RuntimeError", rank="0"),
-        _line(1066.0, 0, "started", proc_start=1064.0, nodes=2, run_nodes=1, world=1, step=0, run=1),
-        _line(1067.0, 0, "resumed", step=10, load_s=0.1, run=1),
-        _line(1067.5, 0, "training", step=10, run=1),
-        _line(1098.0, 0, "ended", step=40, how="exit", rank="0", run=1), end=1100)
+        _line(1066.0, 0, "started", proc_start=1064.0, nodes=2, run_nodes=1, world=1, step=0),
+        _line(1067.0, 0, "resumed", step=10, load_s=0.1),
+        _line(1067.5, 0, "training", step=10),
+        _line(1098.0, 0, "ended", step=40, last_step_t=1098.0, how="exit", rank="0"), end=1100)
     first, second = attempts
     assert [(a.number, a.run) for a in attempts] == [(0, 0), (0, 1)]
     assert (first.start, first.end, second.start, second.end) == (1000.0, 1022.0, 1022.0, 1100.0)

@@ -43,6 +43,7 @@ from torch.utils._pytree import tree_map
 
 from hpc.runtime.data.position import EpochPoint
 from hpc.runtime.resilience import preemption
+from hpc.runtime.seed import rng_state, set_rng_state
 
 _NONE = -(2**62)  # what a joined rank gives for the fields only the ranks still training fill (MAX ignores it)
 _HEAD = 5  # code, not at a boundary, -rank, and (steps, -steps) ...
@@ -57,6 +58,12 @@ class JoinVote:
         self._group = None
         self._grad_step: int | None = None  # completed_steps when a gradient last accumulated
         self._noted: set[str] = set()
+        self.rng_at_batch: dict | None = None  # inside a block: the random state as the last batch came
+
+    def batch_came(self) -> None:
+        """A loader handed a batch inside a block (the stop, if any, comes at its forward)."""
+        if self.inside:
+            self.rng_at_batch = rng_state()
 
     def __getstate__(self) -> dict:  # a pickled Accelerator's copy: no process group, no block
         return {**self.__dict__, "_group": None, "inside": 0}
@@ -68,6 +75,10 @@ class JoinVote:
         self.inside += 1
         try:
             why = _unsupported(joinables) if self.guard.process.distributed else "one process"
+            if why is None and self.inside > 1:  # a second hook on the same model would vote twice a forward
+                why = "a join_uneven_inputs block inside another"
+            if why is None and self.guard.options.script_resumes:
+                why = "the script resumes from checkpoints in its own naming, which hpc takes at a batch boundary"
             if why:
                 self._note(f"a stop asked for inside join_uneven_inputs is taken after the block: {why}")
                 yield joinables
@@ -78,7 +89,8 @@ class JoinVote:
             hpc_joinable = _HpcJoinable(self, models[0])
             params = [p for m in models for p in m.parameters() if p.requires_grad]
             self._grad_step = self.guard.training.completed_steps - 1
-            if any(p.grad is not None and bool(p.grad.any()) for p in params):  # a window open at the block's entry
+            grads = [p.grad.any() for p in params if p.grad is not None]
+            if grads and bool(torch.stack(grads).any()):  # a window open at the block's entry (one device sync)
                 self._grad_step = self.guard.training.completed_steps
             handles = [models[0].register_forward_pre_hook(hpc_joinable.pre_forward)]
             handles += [p.register_post_accumulate_grad_hook(self._accumulated) for p in params]
@@ -89,6 +101,8 @@ class JoinVote:
                     handle.remove()
         finally:
             self.inside -= 1
+            if not self.inside:
+                self.rng_at_batch = None
 
     def _accumulated(self, _param) -> None:
         self._grad_step = self.guard.training.completed_steps
@@ -149,7 +163,11 @@ class JoinVote:
             mine = loader.point()
             if mine == point:
                 continue
-            if (mine.epoch, mine.consumed) == (point.epoch + 1, 0) and loader.remaining_from(point.consumed) == 0:
+            try:
+                over = loader.remaining_from(point.consumed) == 0
+            except TypeError:  # a stream of unknown length: whether it went past cannot be known, so it did
+                return True
+            if (mine.epoch, mine.consumed) == (point.epoch + 1, 0) and over:
                 continue  # its pass is over, and nothing of it came after the point
             return True
         return False
@@ -168,6 +186,10 @@ class JoinVote:
             guard.stop_reason = reason
             guard.timeline.signal(reason)
         guard.stop_code = max(guard.stop_code, code)
+        if self.rng_at_batch is not None and not joined:
+            # the stop comes at the model's forward: what the script drew since its batch came (noise, masks,
+            # dropout seeds) must be drawn again after the resume, from the state the batch came with
+            set_rng_state(self.rng_at_batch)
         preemption.log(f"rank {guard.process.rank}: stop ({reason}) agreed inside join_uneven_inputs at step "
                        f"{steps}" + (" (this rank has joined)" if joined else ""))
         guard.stop_here(guard.save_state(None, async_save=False))

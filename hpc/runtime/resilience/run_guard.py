@@ -228,6 +228,7 @@ class RunGuard:
         """A self-resuming script is stopped at the first batch after an optimizer step once a stop was asked
         for: its step is over, scheduler and counters included, and the checkpoint hpc saves in the script's
         naming is one its own resume arithmetic lands on. Evaluation loops take no steps and are not stopped."""
+        self.join_vote.batch_came()
         if not self.options.script_resumes:
             return
         steps = self.training.completed_steps
@@ -276,7 +277,7 @@ class RunGuard:
         self.wait_for_checkpoint()
         self.stop_vote.finish()
         if self.timeline.on and not getattr(self, "_stop_noted", False):
-            self.timeline.note("finished", step=self.training.completed_steps)
+            self.timeline.finished(self.training.completed_steps)
             self._report_goodput()
             self._stop_noted = True
 

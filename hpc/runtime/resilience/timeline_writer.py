@@ -16,16 +16,25 @@ import atexit
 import os
 import sys
 import time
+import weakref
 from typing import Callable
 
 from hpc.contract import goodput, layout, timeline
 
-_at_exit: list[TimelineWriter] = []  # the writer whose run is this process's, newest last; one atexit hook
+# the writers of this process's runs, newest last (weak: a dropped Accelerator goes), and the process they are of:
+# one atexit hook, which a child forked from this process (os.fork, then a normal exit) must not run as its own
+_at_exit: list[weakref.ref] = []
+_at_exit_pid: list[int] = []
 
 
 def _note_exit() -> None:
-    if _at_exit:
-        _at_exit[-1].ended()
+    if not _at_exit_pid or _at_exit_pid[0] != os.getpid():
+        return
+    for ref in reversed(_at_exit):
+        writer = ref()
+        if writer is not None:
+            writer.ended()
+            return
 
 
 class TimelineWriter:
@@ -48,10 +57,12 @@ class TimelineWriter:
         self._training = False
         self._signalled = False
         self._ended = False
+        self._last_step_t: float | None = None
         if self.file is not None and steps is not None:
-            if not _at_exit:
+            if not _at_exit_pid:
                 atexit.register(_note_exit)
-            _at_exit.append(self)
+                _at_exit_pid.append(os.getpid())
+            _at_exit.append(weakref.ref(self))
 
     @property
     def on(self) -> bool:
@@ -84,6 +95,9 @@ class TimelineWriter:
         self.note("training", step=step)
 
     def step_done(self, step: int) -> None:
+        if self.file is None:
+            return
+        self._last_step_t = time.time()  # for the exit's line: where the run's training ended
         if not self.main:
             return
         now = time.monotonic()
@@ -110,9 +124,17 @@ class TimelineWriter:
             step = int(self._steps())
         except Exception:  # noqa: BLE001 - a half-torn-down process still notes that it ended
             step = None
-        timeline.append(self.file, "ended", step=step, rank=os.environ.get("RANK"), **fields)
+        timeline.append(self.file, "ended", step=step, last_step_t=self._last_step_rounded(),
+                        rank=os.environ.get("RANK"), **fields)
         if self.main and self._on_exit is not None:
             self._on_exit()
+
+    def finished(self, step: int) -> None:
+        """end_training(): the work is done (its last optimizer step: where training ended)."""
+        self.note("finished", step=step, last_step_t=self._last_step_rounded())
+
+    def _last_step_rounded(self) -> float | None:
+        return round(self._last_step_t, 3) if self._last_step_t is not None else None
 
     def summary(self) -> dict | None:
         """The goodput of the attempts so far, as the job sees them (its own events; the allocation's end: now)."""
