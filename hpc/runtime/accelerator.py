@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from hpc.errors import HpcError
-from hpc.runtime import collectives, excepthook, model_files, nest, settings
+from hpc.runtime import collectives, excepthook, model_files, nest, settings_resolver
 from hpc.runtime.big_models.hooks import get_state_dict_offloaded_model, has_offloaded_params
 from hpc.runtime.checkpoint.training_checkpoints import ResumeInfo, TrainingCheckpoints
 from hpc.runtime.compile import TorchDynamoPlugin
@@ -78,7 +78,7 @@ class Accelerator:
         name rather than ignored."""
         excepthook.install()  # a refusal below is one line per rank, not a traceback on each
         arguments = {name: value for name, value in locals().items() if name != "self"}  # as given, by name
-        s = settings.resolve(arguments)
+        s = settings_resolver.resolve(arguments)
         self.device_placement, self.seed, self.handlers, self.debug = device_placement, seed, s.handlers, s.debug
         self.dataloader_config, self.project_configuration = s.dataloader_config, s.project_configuration
         self.gradient_accumulation_plugin = gradient_accumulation_plugin
