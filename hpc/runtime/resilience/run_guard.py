@@ -26,10 +26,10 @@ from hpc.runtime import trackers
 from hpc.runtime.checkpoint import notices
 from hpc.runtime.checkpoint import script_resume as script_checkpoints
 from hpc.runtime.checkpoint.training_checkpoints import ResumeInfo, TrainingCheckpoints
+from hpc.runtime.process.stop_vote import StopVote
 from hpc.runtime.process_env import ProcessState
 from hpc.runtime.resilience import preemption
 from hpc.runtime.resilience.pace import Pace
-from hpc.runtime.resilience.stop_vote import StopVote
 from hpc.runtime.resilience.stragglers import Stragglers
 from hpc.runtime.resilience.timeline_writer import TimelineWriter
 from hpc.runtime.resilience.watchdog import HangWatchdog
