@@ -21,20 +21,19 @@ import torch
 import torch.distributed as dist
 
 from hpc.errors import HpcError
-from hpc.runtime import collectives, excepthook, model_files, nest, settings_resolver
+from hpc.runtime import settings_resolver
 from hpc.runtime.big_models.hooks import get_state_dict_offloaded_model, has_offloaded_params
-from hpc.runtime.checkpoint.training_checkpoints import ResumeInfo, TrainingCheckpoints
-from hpc.runtime.compile import TorchDynamoPlugin
+from hpc.runtime.checkpoint import model_files
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
 from hpc.runtime.data.prepare import PreparedDataLoader, SkipFirstBatches
-from hpc.runtime.gradient_state import GradientState
 from hpc.runtime.handlers import AutocastKwargs, GradScalerKwargs, ProfileKwargs
-from hpc.runtime.nest import all_tensors
-from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
+from hpc.runtime.parallel.compile import TorchDynamoPlugin
 from hpc.runtime.precision import Precision
-from hpc.runtime.preparation import Preparation
-from hpc.runtime.process_env import ProcessState
-from hpc.runtime.process_state import (
+from hpc.runtime.process import collectives, excepthook, nest
+from hpc.runtime.process.gradient_state import GradientState
+from hpc.runtime.process.nest import all_tensors
+from hpc.runtime.process.process_state import ProcessState
+from hpc.runtime.process.state import (
     AcceleratorState,
     DistributedType,
     PartialState,
@@ -42,11 +41,14 @@ from hpc.runtime.process_state import (
     check_not_reset,
     distributed_type_of,
 )
-from hpc.runtime.rank_logging import get_logger
+from hpc.runtime.process.training_state import TrainingState
 from hpc.runtime.resilience.run_guard import RunGuard
+from hpc.runtime.resilience.training_checkpoints import ResumeInfo, TrainingCheckpoints
 from hpc.runtime.strategies import choose, ddp
-from hpc.runtime.trackers import Trackers
-from hpc.runtime.training_state import TrainingState
+from hpc.runtime.strategies.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
+from hpc.runtime.tracking.rank_logging import get_logger
+from hpc.runtime.tracking.run_trackers import Trackers
+from hpc.runtime.training.preparation import Preparation
 
 __all__ = ["Accelerator", "ResumeInfo"]
 
@@ -298,9 +300,10 @@ class Accelerator:
         return self.strategy.no_sync(model)
 
     def maybe_context_parallel(self, buffers=None, buffer_seq_dims=None, no_restore_buffers=None):
-        """One step's sequences split over the mesh's cp ranks while the block runs (hpc.runtime.context_parallel):
-        the buffers become this rank's part of themselves, and are given back whole at the end unless named in
-        no_restore_buffers. Without cp_size > 1 it does nothing and says so once, as Accelerate's."""
+        """One step's sequences split over the mesh's cp ranks while the block runs
+        (hpc.runtime.parallel.context_parallel): the buffers become this rank's part of themselves, and are given
+        back whole at the end unless named in no_restore_buffers. Without cp_size > 1 it does nothing and says so
+        once, as Accelerate's."""
         split = getattr(self.strategy, "context_parallel", None)
         if split is None:
             _logger.warning_once("maybe_context_parallel() does nothing without ParallelismConfig(cp_size > 1)")

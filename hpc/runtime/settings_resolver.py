@@ -14,9 +14,7 @@ from typing import Any
 
 from hpc.contract.runtime_config import RuntimeConfig, current_config
 from hpc.errors import HpcError
-from hpc.runtime.compile import Compile
 from hpc.runtime.configuration import DataLoaderConfiguration, ProjectConfiguration
-from hpc.runtime.fp8 import RECIPES
 from hpc.runtime.handlers import (
     AutocastKwargs,
     DistributedDataParallelKwargs,
@@ -24,8 +22,9 @@ from hpc.runtime.handlers import (
     InitProcessGroupKwargs,
     ProfileKwargs,
 )
-from hpc.runtime.parallelism import ParallelismConfig, TorchTensorParallelPlugin
-from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
+from hpc.runtime.parallel.compile import Compile
+from hpc.runtime.parallel.fp8 import RECIPES
+from hpc.runtime.parallel.mesh import ParallelismConfig, TorchTensorParallelPlugin
 from hpc.runtime.precision import normalize
 from hpc.runtime.settings import (
     DEFAULT_ARRIVAL_TIMEOUT_S,
@@ -38,6 +37,7 @@ from hpc.runtime.settings import (
     job_values,
 )
 from hpc.runtime.strategies import megatron, plugin_strategy
+from hpc.runtime.strategies.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 
 HANDLERS = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs, ProfileKwargs,
             *RECIPES)

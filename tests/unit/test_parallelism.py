@@ -12,7 +12,8 @@ import transformers
 from hpc import ParallelismConfig
 from hpc.errors import HpcError
 from hpc.runtime import settings_resolver
-from hpc.runtime.strategies import megatron, tensor_parallel
+from hpc.runtime.parallel import tensor_parallel
+from hpc.runtime.strategies import megatron
 from hpc.utils import TorchTensorParallelConfig, TorchTensorParallelPlugin
 
 

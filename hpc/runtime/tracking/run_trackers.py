@@ -6,7 +6,7 @@ import weakref
 from pathlib import Path
 
 from hpc.errors import HpcError
-from hpc.runtime import tracking
+from hpc.runtime.tracking import trackers as tracking
 
 _running: weakref.WeakSet = weakref.WeakSet()  # the runs of this process that started trackers
 
