@@ -1,7 +1,6 @@
 """`accelerate.hooks` as hpc spells it: its names, defined in hpc.runtime.big_models.hooks (and the helpers
 Accelerate's module imports, which scripts import from it too)."""
 
-from hpc.runtime.batch_memory import clear_device_cache
 from hpc.runtime.big_models.casting import LayerwiseCastingHook
 from hpc.runtime.big_models.hooks import (
     AlignDevicesHook,
@@ -24,8 +23,9 @@ from hpc.runtime.big_models.module_tensors import (
     set_module_tensor_to_device,
 )
 from hpc.runtime.big_models.offload import PrefixedDataset
-from hpc.runtime.nest import send_to_device
-from hpc.runtime.process_state import PartialState
+from hpc.runtime.process.nest import send_to_device
+from hpc.runtime.process.state import PartialState
+from hpc.runtime.training.batch_memory import clear_device_cache
 
 __all__ = ['AlignDevicesHook', 'CpuOffload', 'LayerwiseCastingHook', 'ModelHook', 'PartialState', 'PrefixedDataset',
            'SequentialHook', 'UserCpuOffloadHook', 'add_hook_to_module', 'attach_align_device_hook',

@@ -1,6 +1,6 @@
-"""`accelerate.launchers` as hpc spells it: its names, defined in hpc.runtime.notebook_launcher."""
+"""`accelerate.launchers` as hpc spells it: its names, defined in hpc.runtime.process.notebook_launcher."""
 
-from hpc.runtime.notebook_launcher import (
+from hpc.runtime.process.notebook_launcher import (
     debug_launcher,
     notebook_launcher,
 )

@@ -1,6 +1,6 @@
-"""`accelerate.local_sgd` as hpc spells it: its names, defined in hpc.runtime.local_sgd."""
+"""`accelerate.local_sgd` as hpc spells it: its names, defined in hpc.runtime.training.local_sgd."""
 
-from hpc.runtime.local_sgd import (
+from hpc.runtime.training.local_sgd import (
     DistributedType,
     LocalSGD,
     distributed_type_of,

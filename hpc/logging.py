@@ -1,6 +1,6 @@
-"""`accelerate.logging` as hpc spells it: its names, defined in hpc.runtime.rank_logging."""
+"""`accelerate.logging` as hpc spells it: its names, defined in hpc.runtime.tracking.rank_logging."""
 
-from hpc.runtime.rank_logging import (
+from hpc.runtime.tracking.rank_logging import (
     MultiProcessAdapter,
     get_logger,
 )

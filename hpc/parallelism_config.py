@@ -1,5 +1,5 @@
 """`accelerate.parallelism_config`: ParallelismConfig."""
 
-from hpc.runtime.parallelism import ParallelismConfig
+from hpc.runtime.parallel.mesh import ParallelismConfig
 
 __all__ = ["ParallelismConfig"]

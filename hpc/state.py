@@ -1,7 +1,7 @@
-"""`accelerate.state` as hpc spells it: its names, defined in hpc.runtime.process_state and gradient_state."""
+"""`accelerate.state` as hpc spells it: its names, defined in hpc.runtime.process.state and gradient_state."""
 
-from hpc.runtime.gradient_state import GradientState
-from hpc.runtime.process_state import (
+from hpc.runtime.process.gradient_state import GradientState
+from hpc.runtime.process.state import (
     AcceleratorState,
     DistributedType,
     PartialState,

@@ -1,6 +1,6 @@
 """`accelerate.tracking` as hpc spells it: the tracker base class and the built-in trackers."""
 
-from hpc.runtime.tracking import (
+from hpc.runtime.tracking.trackers import (
     AimTracker,
     ClearMLTracker,
     CometMLTracker,

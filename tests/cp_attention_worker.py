@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from hpc import Accelerator, ParallelismConfig
 from hpc.errors import HpcError
-from hpc.runtime.context_parallel import sequence_shards
+from hpc.runtime.parallel.context_parallel import sequence_shards
 
 
 def split_against_whole(acc, heads_kv: int, causal: bool) -> float:

@@ -43,7 +43,7 @@ def main() -> None:
     if spec.get("pre_tp"):  # as transformers' from_pretrained(tp_plan="auto", device_mesh=...) hands it over
         from torch.distributed.tensor.parallel import parallelize_module
 
-        from hpc.runtime.strategies.tensor_parallel import model_plan, resolve
+        from hpc.runtime.parallel.tensor_parallel import model_plan, resolve
 
         tp = acc.torch_device_mesh["tp"]
         parallelize_module(model, tp, resolve(model, model_plan(model), tp.size()))

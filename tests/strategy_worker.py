@@ -16,7 +16,7 @@ import sys
 import torch
 
 from hpc import Accelerator, DeepSpeedPlugin, FullyShardedDataParallelPlugin, set_seed
-from hpc.runtime.memory_snapshot import held_since, snapshot
+from hpc.runtime.tracking.memory_snapshot import held_since, snapshot
 
 FEATURES = 16
 

@@ -15,8 +15,8 @@ WORKER = textwrap.dedent("""
     import json, sys
     import torch
     from hpc.errors import HpcError
-    from hpc.runtime.pipeline_inference import prepare_pippy
-    from hpc.runtime.process_state import PartialState
+    from hpc.runtime.inference.pipeline import prepare_pippy
+    from hpc.runtime.process.state import PartialState
 
     rank, out = PartialState().process_index, {}
 

@@ -15,11 +15,11 @@ def measure(target: str) -> ModelSize:
     has_config = os.path.isfile(os.path.join(target, "config.json"))
     # a stray folder named 7B is a count
     if os.path.isdir(target) and (has_config or not PARAMETER_COUNT.fullmatch(target)):
-        from hpc.runtime.model_shapes import build_from_folder, model_size
+        from hpc.runtime.big_models.model_shapes import build_from_folder, model_size
 
         return model_size(build_from_folder(target))
     if ":" in target:
-        from hpc.runtime.model_shapes import build_from_callable, model_size
+        from hpc.runtime.big_models.model_shapes import build_from_callable, model_size
 
         return model_size(build_from_callable(target))
     if os.sep in target or "/" in target:  # a path that is not there, or a Hub name: hpc reads no Hub

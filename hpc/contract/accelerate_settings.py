@@ -322,14 +322,14 @@ def _megatron(ctx: _Context, name: str, value: Any) -> None:
 
 _MEGATRON = _megatron
 _MESH_SIZES = ("dp_replicate", "dp_shard", "tp", "cp")  # the dimensions hpc builds (sp size: 1 only)
-# the context-parallel settings the job's ParallelismConfig reads (hpc.runtime.parallelism), and their values
+# the context-parallel settings the job's ParallelismConfig reads (hpc.runtime.parallel.mesh), and their values
 _CP_CHOICES = {"cp_comm_strategy": ("allgather", "alltoall"), "cp_backend": ("torch",)}
 
 
 def _parallelism(ctx: _Context, name: str, value: Any) -> None:
     """`--use_parallelism_config`, `--parallelism_config_tp_size 2`, `--parallelism_config_cp_size 2`, ...: the
     variables Accelerate's launcher sets for every process, which ParallelismConfig() reads
-    (hpc.runtime.parallelism). sp_size > 1 (DeepSpeed Ulysses) is refused; its other settings are noted."""
+    (hpc.runtime.parallel.mesh). sp_size > 1 (DeepSpeed Ulysses) is refused; its other settings are noted."""
     env = dict(ctx.out.values.get("env") or {})
     setting = name.removeprefix("parallelism_config_")
     if name == "use_parallelism_config":

@@ -67,7 +67,7 @@ class TaskFile:
     EXCLUDED = "excluded"
     STRAGGLERS = "stragglers"  # a JSON line per straggler named (rank, host, ratio, step)
     PROGRESS = "progress"  # "<attempt> <step or items>" a line per checkpoint or chunk committed (progress_guard)
-    NOTIFIED = "notified"  # the notices already sent, a key each: each goes out once (hpc.runtime.notify)
+    NOTIFIED = "notified"  # the notices already sent, a key each: each goes out once (hpc.runtime.resilience.notify)
     TIMELINE = "timeline"  # what each attempt did and when, a JSON line per event (hpc.contract.timeline)
 
 

@@ -5,7 +5,7 @@ batch script to find a self-resuming script's newest good checkpoint) can be imp
 """
 
 _NAMES = {"Accelerator": "hpc.runtime.accelerator", "DistributedDataParallelKwargs": "hpc.runtime.handlers",
-          "GradScalerKwargs": "hpc.runtime.handlers", "set_seed": "hpc.runtime.random_states"}
+          "GradScalerKwargs": "hpc.runtime.handlers", "set_seed": "hpc.runtime.process.random_states"}
 
 __all__ = list(_NAMES)
 

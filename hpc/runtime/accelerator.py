@@ -1,10 +1,8 @@
 """`Accelerator`: the names Accelerate users know, as a thin facade that delegates.
 
-Settings are resolved in settings.py (arguments > the job's runtime config > ACCELERATE_* > defaults); this
-process's facts are ProcessState's (process_env.py); backends are strategies, precision is precision.py,
-prepare() is preparation.py, collectives are collectives.py (nests walked by nest.py); resume, stop votes,
-preemption, hang watch, pacing and save/load orchestration are the run guard's (resilience/run_guard.py),
-checkpoints TrainingCheckpoints'.
+Settings come from settings_resolver.py; this process's facts from process/ (ProcessState, the collectives);
+backends are strategies/, precision is precision.py, prepare() is training/preparation.py; resume, stop votes,
+preemption, hang watch, pacing and save/load are the run guard's (resilience/run_guard.py).
 """
 
 from __future__ import annotations
@@ -18,23 +16,21 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from hpc.errors import HpcError
-from hpc.runtime import collectives, excepthook, model_files, nest, settings
+from hpc.runtime import settings_resolver
 from hpc.runtime.big_models.hooks import get_state_dict_offloaded_model, has_offloaded_params
-from hpc.runtime.checkpoint.training_checkpoints import ResumeInfo, TrainingCheckpoints
-from hpc.runtime.compile import TorchDynamoPlugin
+from hpc.runtime.checkpoint import model_files
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
 from hpc.runtime.data.prepare import PreparedDataLoader, SkipFirstBatches
-from hpc.runtime.gradient_state import GradientState
 from hpc.runtime.handlers import AutocastKwargs, GradScalerKwargs, ProfileKwargs
-from hpc.runtime.nest import all_tensors
-from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
+from hpc.runtime.parallel.compile import TorchDynamoPlugin
 from hpc.runtime.precision import Precision
-from hpc.runtime.preparation import Preparation
-from hpc.runtime.process_env import ProcessState
-from hpc.runtime.process_state import (
+from hpc.runtime.process import excepthook
+from hpc.runtime.process.gradient_state import GradientState
+from hpc.runtime.process.process_state import ProcessState
+from hpc.runtime.process.run_collectives import RunCollectives
+from hpc.runtime.process.state import (
     AcceleratorState,
     DistributedType,
     PartialState,
@@ -42,11 +38,14 @@ from hpc.runtime.process_state import (
     check_not_reset,
     distributed_type_of,
 )
-from hpc.runtime.rank_logging import get_logger
+from hpc.runtime.process.training_state import TrainingState
 from hpc.runtime.resilience.run_guard import RunGuard
+from hpc.runtime.resilience.training_checkpoints import ResumeInfo, TrainingCheckpoints
 from hpc.runtime.strategies import choose, ddp
-from hpc.runtime.trackers import Trackers
-from hpc.runtime.training_state import TrainingState
+from hpc.runtime.strategies.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
+from hpc.runtime.tracking.rank_logging import get_logger
+from hpc.runtime.tracking.run_trackers import Trackers
+from hpc.runtime.training.preparation import Preparation
 
 __all__ = ["Accelerator", "ResumeInfo"]
 
@@ -56,6 +55,18 @@ _logger = get_logger(__name__)
 def _read(path: str, doc: str | None = None) -> property:
     """A read-only attribute that is one of the Accelerator's parts' (``path``, dotted, from the Accelerator)."""
     return property(operator.attrgetter(path), doc=doc)
+
+
+def _call(path: str, doc: str | None = None):
+    """A method that is one of the Accelerator's parts' (``path``, dotted, from the Accelerator), called with the
+    arguments as given."""
+    get = operator.attrgetter(path)
+
+    def method(self, *args, **kwargs):
+        return get(self)(*args, **kwargs)
+
+    method.__name__, method.__doc__ = path.rpartition(".")[2], doc
+    return method
 
 
 class Accelerator:
@@ -78,7 +89,7 @@ class Accelerator:
         name rather than ignored."""
         excepthook.install()  # a refusal below is one line per rank, not a traceback on each
         arguments = {name: value for name, value in locals().items() if name != "self"}  # as given, by name
-        s = settings.resolve(arguments)
+        s = settings_resolver.resolve(arguments)
         self.device_placement, self.seed, self.handlers, self.debug = device_placement, seed, s.handlers, s.debug
         self.dataloader_config, self.project_configuration = s.dataloader_config, s.project_configuration
         self.gradient_accumulation_plugin = gradient_accumulation_plugin
@@ -105,13 +116,14 @@ class Accelerator:
             num_steps=s.accumulation_steps))
         self.gradient_state.sync_gradients = True
         self.training = TrainingState()
-        self._trigger = False  # set_trigger / check_trigger
         self._trackers = Trackers()
         checkpoints = TrainingCheckpoints(self._process, self.training, self.strategy, self.precision,
                                           s.checkpointing, on_resumed=self._trackers.resumed_at)
         self._guard = RunGuard(self._process, self.training, checkpoints, s.resilience, finish=self.end_training)
         self.training.before_work, self.training.on_progress = self._guard.before_work, self._guard.beat
         self.training.on_step, self.training.before_batch = self._guard.step_completed, self._guard.before_batch
+        self._collectives = RunCollectives(self._process, self.gradient_state, self._guard.before_collective,
+                                           lambda: self.debug)
         self._preparation = Preparation(self._process, self.strategy, self.precision, s.compile, self.training,
                                         self.gradient_state)
         attach_accelerator(self)
@@ -186,10 +198,7 @@ class Accelerator:
     def is_fsdp2(self) -> bool:
         return self.strategy.name == "fsdp"  # hpc's FSDP is FSDP2 (fully_shard)
 
-    @property
-    def fp8_backend(self):
-        """The fp8 backend under mixed_precision="fp8" ("AO": torchao), else None."""
-        return self.precision.fp8_backend
+    fp8_backend = _read("precision.fp8_backend", doc='The fp8 backend under mixed_precision="fp8" ("AO": torchao)')
 
     @property
     def should_save_model(self) -> bool:
@@ -294,21 +303,20 @@ class Accelerator:
         for opt in ([optimizer] if optimizer is not None else self.training.optimizers):
             opt.unscale_once()
 
-    def no_sync(self, model: torch.nn.Module):
-        return self.strategy.no_sync(model)
+    no_sync = _call("strategy.no_sync")
 
     def maybe_context_parallel(self, buffers=None, buffer_seq_dims=None, no_restore_buffers=None):
-        """One step's sequences split over the mesh's cp ranks while the block runs (hpc.runtime.context_parallel):
-        the buffers become this rank's part of themselves, and are given back whole at the end unless named in
-        no_restore_buffers. Without cp_size > 1 it does nothing and says so once, as Accelerate's."""
+        """One step's sequences split over the mesh's cp ranks while the block runs
+        (hpc.runtime.parallel.context_parallel): the buffers become this rank's part of themselves, and are given
+        back whole at the end unless named in no_restore_buffers. Without cp_size > 1 it does nothing and says so
+        once, as Accelerate's."""
         split = getattr(self.strategy, "context_parallel", None)
         if split is None:
             _logger.warning_once("maybe_context_parallel() does nothing without ParallelismConfig(cp_size > 1)")
             return contextlib.nullcontext()
         return split.split(buffers, buffer_seq_dims, no_restore_buffers)
 
-    def autocast(self, autocast_handler: AutocastKwargs | None = None):
-        return self.precision.autocast(autocast_handler)
+    autocast = _call("precision.autocast")
 
     @contextlib.contextmanager
     def profile(self, profile_handler: ProfileKwargs | None = None):
@@ -340,57 +348,13 @@ class Accelerator:
             raise HpcError("skip_first_batches needs a dataloader returned by prepare()", fix="prepare it first")
         return SkipFirstBatches(dataloader, num_batches)
 
-    def gather(self, data):
-        self._guard.before_collective("gather")
-        if self.debug:
-            collectives.verify_shapes(data, self.num_processes, "gather")
-        return collectives.gather_across(data, self.num_processes)
-
-    def gather_for_metrics(self, data, use_gather_object: bool = False):
-        """gather(), minus the samples the last batch repeated to keep ranks even. Objects that are not tensors
-        (strings, lists of dicts), or use_gather_object=True, are gathered by pickling into one flat list."""
-        if use_gather_object or not all_tensors(data):
-            self._guard.before_collective("gather_object")
-            items = data if isinstance(data, (list, tuple)) else [data]
-            gathered = [item for part in collectives.gather_object_across(items, self.num_processes) for item in part]
-        else:
-            gathered = self.gather(data)
-        if self.gradient_state.remainder >= 0:
-            gathered = (gathered[: self.gradient_state.remainder] if isinstance(gathered, list)
-                        else nest.truncate(gathered, self.gradient_state.remainder))
-        return gathered
-
-    def set_trigger(self) -> None:
-        """Raise a flag on this rank (a loss gone NaN, say) that check_trigger() then sees on every rank."""
-        self._trigger = True
-
-    def check_trigger(self) -> bool:
-        """True on every rank if any rank called set_trigger() since the last check; resets it. Every rank
-        must call it (one small all-reduce)."""
-        flag = torch.tensor([1.0 if self._trigger else 0.0], device=self.device)
-        if self._process.distributed:
-            self._guard.before_collective("check_trigger")
-            dist.all_reduce(flag)
-        raised = bool(flag.item() > 0)
-        if raised:
-            self._trigger = False
-        return raised
-
-    def reduce(self, tensor, reduction: str = "sum", scale: float = 1.0):
-        """Every tensor of the nest reduced over the ranks: summed by default, as Accelerate's Accelerator does
-        (its hpc.utils.reduce means by default). ``scale`` applies on TPUs only in Accelerate: here it is
-        accepted and, as there on CPUs and GPUs, not applied."""
-        self._guard.before_collective("reduce")
-        if self.debug:
-            collectives.verify_shapes(tensor, self.num_processes, "reduce")
-        return collectives.reduce_across(tensor, self.num_processes, reduction)
-
-    def pad_across_processes(self, data, dim: int = 0, pad_index: int = 0, pad_first: bool = False):
-        return collectives.pad_across(data, self.num_processes, dim, pad_index, pad_first)
-
-    def wait_for_everyone(self) -> None:
-        self._guard.before_collective("wait_for_everyone")  # every rank is here: e.g. resume before a final save
-        self._process.barrier()
+    gather = _call("_collectives.gather")
+    gather_for_metrics = _call("_collectives.gather_for_metrics")
+    set_trigger = _call("_collectives.set_trigger")
+    check_trigger = _call("_collectives.check_trigger")
+    reduce = _call("_collectives.reduce")
+    pad_across_processes = _call("_collectives.pad_across_processes")
+    wait_for_everyone = _call("_collectives.wait_for_everyone")
 
     @contextlib.contextmanager
     def main_process_first(self):
@@ -408,24 +372,12 @@ class Accelerator:
         with self._guard.paused("local_main_process_first"), PartialState().local_main_process_first():
             yield
 
-    def on_main_process(self, function=None):
-        return PartialState().on_main_process(function)
-
-    def on_local_main_process(self, function=None):
-        return PartialState().on_local_main_process(function)
-
-    def on_last_process(self, function):
-        return PartialState().on_last_process(function)
-
-    def on_process(self, function=None, process_index: int | None = None):
-        return PartialState().on_process(function, process_index=process_index)
-
-    def on_local_process(self, function=None, local_process_index: int | None = None):
-        return PartialState().on_local_process(function, local_process_index=local_process_index)
-
-    def split_between_processes(self, inputs, apply_padding: bool = False):
-        """This rank's contiguous share of a list, tuple, tensor or dict of them (padded with the last item)."""
-        return PartialState().split_between_processes(inputs, apply_padding=apply_padding)
+    on_main_process = _call("_state.on_main_process")
+    on_local_main_process = _call("_state.on_local_main_process")
+    on_last_process = _call("_state.on_last_process")
+    on_process = _call("_state.on_process")
+    on_local_process = _call("_state.on_local_process")
+    split_between_processes = _call("_state.split_between_processes")
 
     def progress(self, iterable=None, **kwargs):
         """A tqdm progress bar on the local main process; the other ranks iterate silently."""
@@ -436,6 +388,10 @@ class Accelerator:
     def print(self, *args, **kwargs) -> None:
         if self.is_local_main_process:
             print(*args, **kwargs)
+
+    @property
+    def _state(self) -> PartialState:
+        return PartialState()  # every PartialState of a process shares one state: the Accelerator's
 
     # --- checkpoints and preemption: the run guard's ------------------------------------------------
     checkpoint_dir = _read("_guard.checkpoints.directory")
@@ -481,14 +437,11 @@ class Accelerator:
         such point after the signal. Check it at step boundaries.""")
 
 
-    def preemption_point(self) -> None:
-        """At a step boundary: if a stop was asked for, checkpoint, requeue (for the warning signal) and exit,
-        every rank the same way. Otherwise return at once."""
-        self._guard.preemption_point()
+    preemption_point = _call("_guard.preemption_point", doc="""At a step boundary: if a stop was asked for,
+        checkpoint, requeue (for the warning signal) and exit, every rank the same way. Otherwise return at once.""")
 
     # --- models, tracking, the end ----------------------------------------------------------------
-    def unwrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        return self.strategy.unwrap(model)
+    unwrap_model = _call("strategy.unwrap")
 
     def get_state_dict(self, model: torch.nn.Module) -> dict:
         """The whole model's weights on the main process ({} on the others); every rank must call it."""
@@ -525,9 +478,7 @@ class Accelerator:
             torch.cuda.empty_cache()
         return [None] * len(objects)
 
-    def clear(self, *objects):
-        """Accelerate's other name for free_memory."""
-        return self.free_memory(*objects)
+    clear = _call("free_memory", doc="Accelerate's other name for free_memory.")
 
     def init_trackers(self, project_name: str, config: dict | None = None, init_kwargs: dict | None = None) -> None:
         """Start every tracker of ``log_with`` on the main process (JSONL always), under the project's logging
@@ -535,14 +486,11 @@ class Accelerator:
         self._trackers.start(self.log_with, self.is_main_process, project_name, config, init_kwargs,
                              self.project_dir / "logs", self.logging_dir)
 
-    def get_tracker(self, name: str, unwrap: bool = False):
-        """The tracker started for ``name`` (its own run object with unwrap=True, e.g. the SummaryWriter); on
-        the other ranks, and for a name not started, an object whose methods do nothing (as Accelerate's)."""
-        return self._trackers.get(name, unwrap)
-
-    def log(self, values: dict, step: int | None = None, log_kwargs: dict | None = None) -> None:
-        """To every tracker (main process); ``log_kwargs`` per tracker name go to its library's log call."""
-        self._trackers.log(values, step, log_kwargs)
+    get_tracker = _call("_trackers.get", doc="""get_tracker(name, unwrap=False): the tracker started for ``name``
+        (its own run object with unwrap=True, e.g. the SummaryWriter); on the other ranks, and for a name not
+        started, an object whose methods do nothing (as Accelerate's).""")
+    log = _call("_trackers.log", doc="""log(values, step=None, log_kwargs=None): to every tracker (main process);
+        ``log_kwargs`` per tracker name go to its library's log call.""")
 
     def end_training(self) -> None:
         self._guard.end()

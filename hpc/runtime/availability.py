@@ -1,8 +1,11 @@
-"""`accelerate.utils.imports`: whether optional packages (and a GPU) are here, without importing the packages."""
+"""`accelerate.utils.imports`: whether optional packages (and a GPU) are here, without importing the packages; and
+DeepSpeed imported the one way hpc needs it (the strategy and merge-weights both use it)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import warnings
 
 __all__ = ["is_bf16_available", "is_cuda_available", "is_datasets_available", "is_deepspeed_available",
            "is_fp16_available", "is_fp8_available", "is_hpu_available", "is_mlu_available", "is_mps_available",
@@ -100,3 +103,18 @@ def is_npu_available(check_device: bool = False) -> bool:
 
 def is_mlu_available(check_device: bool = False) -> bool:
     return False
+
+
+def import_deepspeed(device_type: str):
+    if device_type == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+    import deepspeed.ops
+
+    # The CPU accelerator JIT-compiles a shared-memory all-reduce (~30 s cold) used only by inference;
+    # training all-reduces through the torch process group, so it is not built.
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    # ZeRO calls the old collective names on every step: one warning per call would flood the job's log
+    warnings.filterwarnings("ignore", message=r".*is deprecated\. Please use `torch\.distributed\.",
+                            category=FutureWarning)
+    return deepspeed

@@ -7,8 +7,8 @@ import contextlib
 import torch
 
 from hpc.errors import HpcError
-from hpc.runtime import fp8
 from hpc.runtime.handlers import AutocastKwargs, GradScalerKwargs
+from hpc.runtime.parallel import fp8
 
 MODES = ("no", "fp32", "bf16", "fp16", "fp8")
 

@@ -1,22 +1,18 @@
-"""`accelerate.utils.dataclasses` as hpc spells it: its names, defined in hpc.runtime.distributed_type."""
+"""`accelerate.utils.dataclasses` as hpc spells it: its names, each from the runtime module that defines it."""
 
-from hpc.runtime.distributed_type import (
+from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
+from hpc.runtime.handlers import (
     AutocastKwargs,
-    DataLoaderConfiguration,
     DDPCommunicationHookType,
-    DeepSpeedPlugin,
     DistributedDataParallelKwargs,
-    DistributedType,
-    FullyShardedDataParallelPlugin,
-    GradientAccumulationPlugin,
     GradScalerKwargs,
     InitProcessGroupKwargs,
     KwargsHandler,
     ProfileKwargs,
-    ProjectConfiguration,
-    RNGType,
-    TorchDynamoPlugin,
 )
+from hpc.runtime.parallel.compile import TorchDynamoPlugin
+from hpc.runtime.process.distributed_type import DistributedType, RNGType
+from hpc.runtime.strategies.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 
 __all__ = ['AutocastKwargs', 'DDPCommunicationHookType', 'DataLoaderConfiguration', 'DeepSpeedPlugin',
            'DistributedDataParallelKwargs', 'DistributedType', 'FullyShardedDataParallelPlugin', 'GradScalerKwargs',

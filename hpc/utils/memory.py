@@ -1,6 +1,6 @@
-"""`accelerate.utils.memory` as hpc spells it: its names, defined in hpc.runtime.batch_memory."""
+"""`accelerate.utils.memory` as hpc spells it: its names, defined in hpc.runtime.training.batch_memory."""
 
-from hpc.runtime.batch_memory import (
+from hpc.runtime.training.batch_memory import (
     clear_device_cache,
     find_executable_batch_size,
     release_memory,

@@ -1,6 +1,5 @@
 """`accelerate.utils.modeling` as hpc spells it: its big-model names, defined in hpc.runtime.big_models."""
 
-from hpc.runtime.batch_memory import clear_device_cache
 from hpc.runtime.big_models.device_map import (
     check_device_map,
     clean_device_map,
@@ -50,6 +49,7 @@ from hpc.runtime.big_models.sizes import (
     get_module_leaves,
     retie_parameters,
 )
+from hpc.runtime.training.batch_memory import clear_device_cache
 
 __all__ = ['SAFE_WEIGHTS_NAME', 'WEIGHTS_INDEX_NAME', 'WEIGHTS_NAME', 'CustomDtype', 'align_module_device',
            'calculate_maximum_sizes', 'check_device_map', 'check_device_same', 'check_tied_parameters_in_config',

@@ -1,7 +1,8 @@
-"""`accelerate.utils.operations` as hpc spells it: collectives (hpc.runtime.collectives) and one rank's nest helpers
-(hpc.runtime.nest) as free functions over PartialState's process group; no Accelerator is needed."""
+"""`accelerate.utils.operations` as hpc spells it: collectives (hpc.runtime.process.collectives) and one rank's
+nest helpers (hpc.runtime.process.nest) as free functions over PartialState's process group; no Accelerator is
+needed."""
 
-from hpc.runtime.collectives import (
+from hpc.runtime.process.collectives import (
     DistributedOperationException,
     broadcast,
     broadcast_object_list,
@@ -11,7 +12,7 @@ from hpc.runtime.collectives import (
     pad_across_processes,
     reduce,
 )
-from hpc.runtime.nest import (
+from hpc.runtime.process.nest import (
     concatenate,
     find_batch_size,
     honor_type,

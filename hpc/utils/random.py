@@ -1,6 +1,6 @@
-"""`accelerate.utils.random` as hpc spells it: its names, defined in hpc.runtime.random_states."""
+"""`accelerate.utils.random` as hpc spells it: its names, defined in hpc.runtime.process.random_states."""
 
-from hpc.runtime.random_states import (
+from hpc.runtime.process.random_states import (
     RNGType,
     set_seed,
     synchronize_rng_state,

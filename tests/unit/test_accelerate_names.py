@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from hpc.errors import HpcError
-from hpc.runtime import process_state as shared_state
+from hpc.runtime.process import state as shared_state
 
 # (a) what an Accelerate script imports, with `accelerate` spelled `hpc`
 IMPORTS = textwrap.dedent("""

@@ -6,7 +6,7 @@ import torch
 
 
 def test_a_second_save_with_fewer_shards_leaves_none_of_the_first(tmp_path):
-    from hpc.runtime import model_files
+    from hpc.runtime.checkpoint import model_files
 
     state = {f"w{i}": torch.full((25,), float(i)) for i in range(4)}  # 100 bytes each
     assert len(model_files.write(state, tmp_path, max_shard_size=150)) == 5  # four shards and the index

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hpc.cluster.backends.base import LocalFiles, items_progress
 from hpc.contract import batch_outputs as names
 from hpc.errors import HpcError
-from hpc.runtime.batch_inference import chunk_files, sharding
+from hpc.runtime.inference.batch import chunk_files, sharding
 
 WORKER = Path(__file__).parents[1] / "batch_worker.py"
 CLEAN_ENV = {k: v for k, v in os.environ.items()

@@ -167,7 +167,7 @@ def test_merge_resolves_past_a_damaged_newest_checkpoint(tmp_path, capsys):
 
 
 def test_save_model_and_merge_write_through_no_predictable_name(tmp_path):
-    from hpc.runtime import model_files
+    from hpc.runtime.checkpoint import model_files
 
     victim = tmp_path / "victim"
     victim.write_text("precious")

@@ -8,7 +8,7 @@ import transformers
 
 from hpc import ParallelismConfig
 from hpc.errors import HpcError
-from hpc.runtime.context_parallel import _checked, model_hooks, sequence_shards
+from hpc.runtime.parallel.context_parallel import _checked, model_hooks, sequence_shards
 from hpc.utils import TorchContextParallelConfig
 
 

@@ -11,7 +11,7 @@ import pytest
 from hpc.cli.model_measure import measure
 from hpc.cluster.estimate import STRATEGIES, Shape, cheapest_fit, estimate, parse_count
 from hpc.errors import HpcError
-from hpc.runtime.model_shapes import model_size
+from hpc.runtime.big_models.model_shapes import model_size
 
 P = 1_000_000
 

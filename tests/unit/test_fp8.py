@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from hpc.errors import HpcError
-from hpc.runtime import fp8
+from hpc.runtime.parallel import fp8
 from hpc.utils import AORecipeKwargs, FP8RecipeKwargs, MSAMPRecipeKwargs, TERecipeKwargs
 
 

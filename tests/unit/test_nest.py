@@ -1,4 +1,4 @@
-"""The one walk over nested data (hpc.runtime.nest) and the collectives built on it, in a world of one: every
+"""The one walk over nested data (hpc.runtime.process.nest) and the collectives built on it, in a world of one: every
 container comes back as its own type, whichever door it goes through (the 2-rank run of the same nests is in
 tests/test_accelerator_methods.py)."""
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from hpc.errors import HpcError
-from hpc.runtime import collectives, nest
 from hpc.runtime.data.batches import BatchOps
+from hpc.runtime.process import collectives, nest
 
 Pair = collections.namedtuple("Pair", "x y")
 

@@ -1,5 +1,5 @@
-"""hpc.runtime.notify: one notice to a webhook or an email address, bounded in time, never failing the job, and
-never carrying the environment's secrets or the webhook's own URL."""
+"""hpc.runtime.resilience.notify: one notice to a webhook or an email address, bounded in time, never failing the
+job, and never carrying the environment's secrets or the webhook's own URL."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ import pytest
 
 from hpc.contract import layout
 from hpc.contract.runtime_config import RuntimeConfig
-from hpc.runtime import notify
-from hpc.runtime.resilience import watchdog
+from hpc.runtime.resilience import notify, watchdog
 
 TOKEN_PATH = "/hooks/T0/B0/tok3n-in-the-path"
 
@@ -239,9 +238,10 @@ def test_the_cli_exits_0_when_the_notice_fails(tmp_path):
     RuntimeConfig(notify=f"http://127.0.0.1:{port}{TOKEN_PATH}").write(config)
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     env.update({layout.RUNTIME_CONFIG_ENV: str(config), "HPC_JOB_DIR": str(tmp_path), "HF_TOKEN": "secret123"})
+    # the path the batch scripts run: the old one, kept
     done = subprocess.run([sys.executable, "-m", "hpc.runtime.notify", "failed", "exit 1", "--key", "failed-0"],
                           env=env, capture_output=True, text=True, timeout=30,
-                          cwd=Path(notify.__file__).resolve().parents[2])
+                          cwd=Path(notify.__file__).resolve().parents[3])
     assert done.returncode == 0 and done.stdout == ""
     assert done.stderr.startswith(f"hpc: notify: failed not sent: cannot reach http://127.0.0.1:{port}")
     _secret_free(done.stderr)

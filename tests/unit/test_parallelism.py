@@ -11,8 +11,9 @@ import transformers
 
 from hpc import ParallelismConfig
 from hpc.errors import HpcError
-from hpc.runtime import settings
-from hpc.runtime.strategies import megatron, tensor_parallel
+from hpc.runtime import settings_resolver
+from hpc.runtime.parallel import tensor_parallel
+from hpc.runtime.strategies import megatron
 from hpc.utils import TorchTensorParallelConfig, TorchTensorParallelPlugin
 
 
@@ -64,17 +65,18 @@ def test_the_sizes_must_make_the_jobs_ranks():
 
 
 def test_a_torch_tp_plugin_shards_the_rest_with_fsdp():
-    config, plan = settings.parallelism_of(None, TorchTensorParallelPlugin(tp_size=2, tp_plan={"x": "colwise"}))
+    plugin = TorchTensorParallelPlugin(tp_size=2, tp_plan={"x": "colwise"})
+    config, plan = settings_resolver.parallelism_of(None, plugin)
     config.fit(8)
     assert (config.tp_size, config.dp_shard_size) == (2, 4) and plan == {"x": "colwise"}
 
 
 def test_what_needs_no_mesh_is_left_to_ddp_and_sequence_parallelism_is_refused():
-    assert settings.parallelism_of(ParallelismConfig(dp_replicate_size=4), None) == (None, None)
+    assert settings_resolver.parallelism_of(ParallelismConfig(dp_replicate_size=4), None) == (None, None)
     config = ParallelismConfig(cp_size=2)
-    assert settings.parallelism_of(config, None) == (config, None)  # context parallelism alone needs the mesh
+    assert settings_resolver.parallelism_of(config, None) == (config, None)  # context parallelism alone needs the mesh
     with pytest.raises(HpcError) as e:
-        settings.parallelism_of(ParallelismConfig(sp_size=2, dp_shard_size=2), None)
+        settings_resolver.parallelism_of(ParallelismConfig(sp_size=2, dp_shard_size=2), None)
     assert "sequence parallelism (DeepSpeed's Ulysses) is not built" in one_line(e) and "cp_size=2" in one_line(e)
 
 

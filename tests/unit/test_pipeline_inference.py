@@ -7,7 +7,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from hpc.errors import HpcError
-from hpc.runtime import pipeline_inference as pp
+from hpc.runtime.inference import pipeline as pp
 from tests.unit.test_accelerate_names import single  # noqa: F401 - the fresh one-process PartialState fixture
 
 

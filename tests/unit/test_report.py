@@ -139,7 +139,7 @@ def test_report_loads_no_torch():
 
 
 def test_the_completion_notice_carries_the_goodput_and_the_redone_steps(tmp_path, monkeypatch):
-    from hpc.runtime import notify
+    from hpc.runtime.resilience import notify
 
     (tmp_path / "tasks").mkdir()
     (tmp_path / "tasks" / "0.timeline").write_text(TIMELINE)

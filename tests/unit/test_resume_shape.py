@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 from hpc.errors import HpcError
 from hpc.runtime.data.position import EpochPoint, Shape
 from hpc.runtime.data.prepare import SkipFirstBatches
-from hpc.runtime.training_state import TrainingState
+from hpc.runtime.process.training_state import TrainingState
 from tests.unit.test_data_loading import Reversed, SizedStream, UnevenBatches, simulated_rank
 
 N = 64

@@ -73,7 +73,7 @@ def test_gradient_state_knows_the_accumulation_however_it_was_given(single):
     """As Accelerate's: GradientState().num_steps is what the script gave as a number, too (load_state's skip
     correction reads it)."""
     from hpc import Accelerator, GradientAccumulationPlugin
-    from hpc.runtime.gradient_state import GradientState
+    from hpc.runtime.process.gradient_state import GradientState
 
     Accelerator(gradient_accumulation_steps=3, cpu=True)
     assert GradientState().num_steps == 3

@@ -5,7 +5,7 @@ import pytest
 
 from hpc.contract.runtime_config import RuntimeConfig
 from hpc.errors import HpcError
-from hpc.runtime import settings
+from hpc.runtime import settings, settings_resolver
 
 ARGUMENTS = dict(device_placement=True, split_batches=None, mixed_precision=None, gradient_accumulation_steps=None,
                  cpu=False, dataloader_config=None, deepspeed_plugin=None, fsdp_plugin=None, torch_tp_plugin=None,
@@ -16,7 +16,7 @@ ARGUMENTS = dict(device_placement=True, split_batches=None, mixed_precision=None
 
 
 def resolve(**given):
-    return settings.resolve({**ARGUMENTS, **given})
+    return settings_resolver.resolve({**ARGUMENTS, **given})
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import torch
 
 from hpc.cli.jobs_cmd import straggler_lines
 from hpc.cluster.backends import base
-from hpc.runtime import trackers
 from hpc.runtime.resilience import stragglers as st
 from hpc.runtime.resilience.stragglers import Detector, StepTimer, Straggler, Stragglers, reference
+from hpc.runtime.tracking import run_trackers as trackers
 
 NAN = math.nan
 

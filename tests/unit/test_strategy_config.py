@@ -8,8 +8,8 @@ import pytest
 from hpc.cluster.config.precedence import flag_layer, job_file_layer, resolve, set_layer
 from hpc.contract import runtime_config
 from hpc.errors import HpcError
-from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 from hpc.runtime.strategies import deepspeed_config
+from hpc.runtime.strategies.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 
 
 def build(plugin, **kw):

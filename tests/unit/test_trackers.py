@@ -1,7 +1,7 @@
 """log_with names as Accelerate takes them: every tracker hpc adds by its name and by "all" (the trackers running
 through a job of two attempts: tests/test_trackers.py)."""
 
-from hpc.runtime import tracking
+from hpc.runtime.tracking import trackers as tracking
 
 NEW = {"comet_ml": tracking.CometMLTracker, "aim": tracking.AimTracker, "clearml": tracking.ClearMLTracker,
        "dvclive": tracking.DVCLiveTracker}

@@ -23,7 +23,7 @@ from hpc.runtime.big_models.module_tensors import (
     set_module_tensor_to_device,
 )
 from hpc.runtime.big_models.offload import PrefixedDataset
-from hpc.runtime.nest import leaves, send_to_device
+from hpc.runtime.process.nest import leaves, send_to_device
 
 logger = logging.getLogger(__name__)
 

@@ -20,15 +20,15 @@ import time
 from pathlib import Path
 
 from hpc.errors import HpcError
-from hpc.runtime import collectives
 from hpc.runtime.checkpoint import fileset, manifest, notices, safe_load
 from hpc.runtime.checkpoint.fileset import FileSet
 from hpc.runtime.checkpoint.formats import StagingBuffers
 from hpc.runtime.checkpoint.store import CheckpointStore
 from hpc.runtime.precision import Precision
-from hpc.runtime.process_env import ProcessState
-from hpc.runtime.seed import old_numpy_globals, rng_state, set_rng_state
-from hpc.runtime.training_state import TrainingState
+from hpc.runtime.process import collectives
+from hpc.runtime.process.process_state import ProcessState
+from hpc.runtime.process.seed import old_numpy_globals, rng_state, set_rng_state
+from hpc.runtime.process.training_state import TrainingState
 
 COMMIT_TIMEOUT_S = 1800.0  # how long rank 0 waits for the other ranks' files before giving the save up
 # how long a rank waits for the others to enter a sharded save or load before it names the script's mistake

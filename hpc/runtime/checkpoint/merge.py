@@ -64,7 +64,7 @@ def model_weights(folder: Path, index: int = 0) -> dict[str, torch.Tensor]:
         if not safe_load.trusted():
             raise safe_load.refused(folder, "a DeepSpeed checkpoint, whose reader unpickles its files",
                                     fix=f"pass {TRUST_FLAG} only if you trust everyone who can write the folder")
-        from hpc.runtime.strategies.deepspeed import import_deepspeed
+        from hpc.runtime.availability import import_deepspeed
 
         import_deepspeed("cpu")
         from deepspeed.utils.zero_to_fp32 import (

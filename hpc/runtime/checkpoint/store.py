@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpc.runtime.checkpoint import manifest
+from hpc.runtime.settings import MIN_KEEP
 
 _STEP = re.compile(r"^step-(\d+)$")
 _PURGED = ".purged-"  # a doomed folder, uncommitted and renamed: no longer a step, deleted on a thread
-MIN_KEEP = 2  # the newest may turn out damaged: there must always be one before it
 
 
 @dataclass(frozen=True)

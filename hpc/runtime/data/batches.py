@@ -2,7 +2,7 @@
 
 A stream's final round is filled up, and split_batches cuts a batch, after collation; a list of plain
 values (strings, numbers: what default_collate leaves of a text field) is data and is cut like a tensor.
-Batches are walked by hpc.runtime.nest: namedtuples and any Mapping keep their type.
+Batches are walked by hpc.runtime.process.nest: namedtuples and any Mapping keep their type.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import torch
 
 from hpc.errors import HpcError
-from hpc.runtime.nest import leaves, walk
+from hpc.runtime.process.nest import leaves, walk
 
 
 def _is_data_list(x) -> bool:

@@ -27,7 +27,7 @@ def prepare_data_loader(dataloader: DataLoader, device=None, num_processes: int 
         raise HpcError("prepare_data_loader(rng_types=...) is not supported by hpc: the order is seeded by "
                        "(seed, epoch)", fix="drop rng_types")
     if None in (device, num_processes, process_index):
-        from hpc.runtime.process_state import PartialState
+        from hpc.runtime.process.state import PartialState
 
         state = PartialState()
         device = state.device if device is None else device

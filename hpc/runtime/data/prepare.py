@@ -30,9 +30,9 @@ from hpc.runtime.data.plan import MapPlan
 from hpc.runtime.data.position import EpochPoint, Shape
 from hpc.runtime.data.readers import MapReader, StreamReader
 from hpc.runtime.data.shards import ShardLayout
-from hpc.runtime.gradient_state import GradientState
-from hpc.runtime.nest import send_to_device
-from hpc.runtime.training_state import TrainingState
+from hpc.runtime.process.gradient_state import GradientState
+from hpc.runtime.process.nest import send_to_device
+from hpc.runtime.process.training_state import TrainingState
 
 
 def _stateful_class(config: DataLoaderConfiguration):

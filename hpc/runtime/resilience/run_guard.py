@@ -22,20 +22,20 @@ from typing import Callable
 
 from hpc.contract import layout
 from hpc.errors import HpcError
-from hpc.runtime import trackers
 from hpc.runtime.checkpoint import notices
 from hpc.runtime.checkpoint import script_resume as script_checkpoints
-from hpc.runtime.checkpoint.training_checkpoints import ResumeInfo, TrainingCheckpoints
-from hpc.runtime.process_env import ProcessState
+from hpc.runtime.process.process_state import ProcessState
+from hpc.runtime.process.stop_vote import StopVote
+from hpc.runtime.process.training_state import TrainingState
 from hpc.runtime.resilience import preemption
 from hpc.runtime.resilience.join_vote import JoinVote
 from hpc.runtime.resilience.pace import Pace
-from hpc.runtime.resilience.stop_vote import StopVote
 from hpc.runtime.resilience.stragglers import Stragglers
 from hpc.runtime.resilience.timeline_writer import TimelineWriter
+from hpc.runtime.resilience.training_checkpoints import ResumeInfo, TrainingCheckpoints
 from hpc.runtime.resilience.watchdog import HangWatchdog
 from hpc.runtime.settings import Resilience
-from hpc.runtime.training_state import TrainingState
+from hpc.runtime.tracking import run_trackers as trackers
 
 
 def requeue_signals(signal_name: str) -> list[str]:

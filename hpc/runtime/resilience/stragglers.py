@@ -43,8 +43,8 @@ import torch.distributed as dist
 
 from hpc.contract import layout
 from hpc.contract.atomic import append_whole
-from hpc.runtime import trackers
 from hpc.runtime.resilience import preemption
+from hpc.runtime.tracking import run_trackers as trackers
 
 WINDOW_STEPS = 20  # optimizer steps a window has at least; HPC_STRAGGLER_WINDOW_STEPS overrides (tests)
 WINDOW_MIN_S = 5.0  # a window shorter than this is not judged; HPC_STRAGGLER_WINDOW_S overrides (tests: 0)
@@ -331,7 +331,7 @@ def report(straggler: Straggler, host: str, action: str, requeue: bool) -> None:
 
 def _notify(text: str, key: str) -> None:
     try:
-        from hpc.runtime import notify
+        from hpc.runtime.resilience import notify
 
         notify.send("straggler", text, key=key)
     except Exception:  # a notice is a courtesy

@@ -427,7 +427,7 @@ def _notify_hang(summary: str) -> None:
     (notify gives up after a few seconds, within the backstop's budget for the report) and never raises: the
     process must still end."""
     try:
-        from hpc.runtime import notify  # here: the module's top imports the standard library only
+        from hpc.runtime.resilience import notify
 
         notify.send("hung", summary, key=f"hung-{notify.attempt()}")
     except Exception as e:  # noqa: BLE001 - a lost notice must not keep a hung process alive

@@ -6,31 +6,16 @@ gradients exactly where DDP would; the engine scales the loss by the accumulatio
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import torch
 
 from hpc.errors import HpcError
-from hpc.runtime.deepspeed_dummies import DummyOptim
-from hpc.runtime.plugins import DeepSpeedPlugin
+from hpc.runtime.availability import import_deepspeed
 from hpc.runtime.strategies import deepspeed_config
 from hpc.runtime.strategies.base import Strategy
-
-
-def import_deepspeed(device_type: str):
-    if device_type == "cpu":
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    import deepspeed
-    import deepspeed.ops
-
-    # The CPU accelerator JIT-compiles a shared-memory all-reduce (~30 s cold) used only by inference;
-    # training all-reduces through the torch process group, so it is not built.
-    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    # ZeRO calls the old collective names on every step: one warning per call would flood the job's log
-    warnings.filterwarnings("ignore", message=r".*is deprecated\. Please use `torch\.distributed\.",
-                            category=FutureWarning)
-    return deepspeed
+from hpc.runtime.strategies.deepspeed_dummies import DummyOptim
+from hpc.runtime.strategies.plugins import DeepSpeedPlugin
 
 
 def _cpu_adam(optimizer: torch.optim.Optimizer):

@@ -20,8 +20,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from hpc.errors import HpcError
-from hpc.runtime.plugins import FullyShardedDataParallelPlugin
 from hpc.runtime.strategies.base import Strategy
+from hpc.runtime.strategies.plugins import FullyShardedDataParallelPlugin
 
 _CHECKPOINT_PREFIX = "_checkpoint_wrapped_module."
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -40,7 +40,7 @@ class FSDPStrategy(Strategy):
         self.device_mesh = parallelism.get_device_mesh(state.device.type) if parallelism is not None else None
         self.context_parallel = None
         if parallelism is not None and parallelism.cp_enabled:
-            from hpc.runtime.context_parallel import ContextParallel
+            from hpc.runtime.parallel.context_parallel import ContextParallel
 
             self.context_parallel = ContextParallel(parallelism, state.device.type)
         self._new_params: dict[int, torch.nn.Parameter] = {}  # id(original parameter) -> its sharded successor
@@ -123,7 +123,7 @@ class FSDPStrategy(Strategy):
         if self.context_parallel is not None:
             self.context_parallel.prepare_model(model)
         if self.device_mesh is not None and self.parallelism.tp_enabled and not _already_parallel(model):
-            from hpc.runtime.strategies import tensor_parallel
+            from hpc.runtime.parallel import tensor_parallel
 
             model = tensor_parallel.apply(model, self.parallelism.submesh("tp"), self.tp_plan)
         if self.device_mesh is not None and self.mesh() is None:  # tensor parallelism alone: nothing to shard

@@ -12,8 +12,8 @@ import torch
 
 def are_the_same_tensors(tensor: torch.Tensor) -> bool:
     """True when every rank holds an equal ``tensor`` (a collective: every rank must call it)."""
-    from hpc.runtime.collectives import gather
-    from hpc.runtime.process_state import PartialState
+    from hpc.runtime.process.collectives import gather
+    from hpc.runtime.process.state import PartialState
 
     mine = tensor[None].clone().to(PartialState().device)
     everyone = gather(mine).cpu()

@@ -17,7 +17,7 @@ from pathlib import Path
 from hpc.contract import layout, runtime_config
 from hpc.contract.atomic import append_whole
 from hpc.contract.vetting_verdict import Verdict, choose, judge, read_reports, reason
-from hpc.runtime import notify
+from hpc.runtime.resilience import notify
 
 
 def note_excluded(verdicts: list[Verdict]) -> None:

@@ -6,7 +6,7 @@ import weakref
 from pathlib import Path
 
 from hpc.errors import HpcError
-from hpc.runtime import tracking
+from hpc.runtime.tracking import trackers as tracking
 
 _running: weakref.WeakSet = weakref.WeakSet()  # the runs of this process that started trackers
 
@@ -69,7 +69,7 @@ class Trackers:
                 return tracker.tracker if unwrap else tracker
         return NoTracker()
 
-    def log(self, values: dict, step: int | None, log_kwargs: dict | None) -> None:
+    def log(self, values: dict, step: int | None = None, log_kwargs: dict | None = None) -> None:
         log_kwargs = log_kwargs or {}
         for tracker in self.started:
             tracker.log(values, step, **log_kwargs.get(tracker.name, {}))

@@ -18,12 +18,12 @@ from hpc.runtime.checkpoint import manifest
 from hpc.runtime.checkpoint.checkpointer import Checkpointer
 from hpc.runtime.checkpoint.store import CheckpointStore
 from hpc.runtime.data.position import EpochPoint
-from hpc.runtime.gradient_state import GradientState
 from hpc.runtime.precision import Precision
-from hpc.runtime.process_env import ProcessState
+from hpc.runtime.process.gradient_state import GradientState
+from hpc.runtime.process.process_state import ProcessState
+from hpc.runtime.process.training_state import TrainingState
 from hpc.runtime.resilience import preemption, progress_guard
 from hpc.runtime.settings import Checkpointing
-from hpc.runtime.training_state import TrainingState
 
 
 class StateHooks:

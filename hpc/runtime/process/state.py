@@ -17,11 +17,10 @@ import torch
 import torch.distributed as dist
 
 from hpc.errors import HpcError
-from hpc.runtime import excepthook
-from hpc.runtime.distributed_type import DistributedType
 from hpc.runtime.precision import normalize
-from hpc.runtime.process_env import ProcessState
-from hpc.runtime.resilience import stop_vote
+from hpc.runtime.process import excepthook, stop_vote
+from hpc.runtime.process.distributed_type import DistributedType
+from hpc.runtime.process.process_state import ProcessState
 from hpc.runtime.settings import job_setting
 
 __all__ = ["AcceleratorState", "DistributedType", "PartialState", "attach_accelerator", "distributed_type_of",

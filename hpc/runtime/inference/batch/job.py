@@ -29,9 +29,9 @@ from hpc.contract import batch_outputs as names
 from hpc.contract.atomic import atomic_write
 from hpc.contract.runtime_config import current_config
 from hpc.errors import HpcError
-from hpc.runtime.batch_inference import chunk_files, sharding
-from hpc.runtime.batch_inference.progress import Progress
-from hpc.runtime.process_state import PartialState
+from hpc.runtime.inference.batch import chunk_files, sharding
+from hpc.runtime.inference.batch.progress import Progress
+from hpc.runtime.process.state import PartialState
 from hpc.runtime.resilience import preemption, progress_guard
 from hpc.runtime.resilience.run_guard import requeue_signals
 

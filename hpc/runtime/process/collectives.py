@@ -1,4 +1,4 @@
-"""Collectives over tensors and nests of tensors: the one implementation of each, walked by hpc.runtime.nest.
+"""Collectives over tensors and nests of tensors: the one implementation of each, walked by hpc.runtime.process.nest.
 
 Two doors to each. The ``*_across`` functions take the world size (the Accelerator passes its own; a checkpoint
 its own); the functions with Accelerate's names and signatures (`hpc.utils`, as `accelerate.utils`) read
@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from hpc.errors import HpcError
-from hpc.runtime.nest import recursively_apply
+from hpc.runtime.process.nest import recursively_apply
 
 REDUCTIONS = ("mean", "sum", "max", "min", "none")
 
@@ -157,7 +157,7 @@ def _check_rank(rank: int, world: int, operation: str) -> None:
 # --- Accelerate's names and signatures, over PartialState's group -------------------------------------------
 
 def _state():
-    from hpc.runtime.process_state import PartialState  # the state imports the runtime: only when first called
+    from hpc.runtime.process.state import PartialState  # the state imports the runtime: only when first called
 
     return PartialState()
 

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from hpc.errors import HpcError
-from hpc.runtime.context_parallel import gathered_attention, model_hooks, sequence_shards
+from hpc.runtime.parallel.context_parallel import gathered_attention, model_hooks, sequence_shards
 
 
 class ContextParallel:

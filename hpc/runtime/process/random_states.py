@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hpc.errors import HpcError
-from hpc.runtime.distributed_type import RNGType
+from hpc.runtime.process.distributed_type import RNGType
 
 __all__ = ["set_seed", "synchronize_rng_state", "synchronize_rng_states"]
 
@@ -13,12 +13,12 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
     draw differently (e.g. augmentations); ``deterministic``: torch refuses nondeterministic kernels from now on."""
     import torch
 
-    from hpc.runtime.seed import seed_every_generator
+    from hpc.runtime.process.seed import seed_every_generator
 
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise HpcError(f"set_seed({seed!r}) needs a whole number", fix="pass an int, e.g. set_seed(42)")
     if device_specific:
-        from hpc.runtime.process_state import PartialState
+        from hpc.runtime.process.state import PartialState
 
         seed += PartialState().process_index
     seed_every_generator(seed)
@@ -34,7 +34,7 @@ def synchronize_rng_state(rng_type: RNGType | str | None = None, generator=None)
     import torch
     import torch.distributed as dist
 
-    from hpc.runtime.process_state import PartialState
+    from hpc.runtime.process.state import PartialState
 
     kind = _rng_type(rng_type)
     if kind not in _SYNCED:

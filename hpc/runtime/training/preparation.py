@@ -14,16 +14,16 @@ from typing import Any
 import torch
 
 from hpc.errors import HpcError
-from hpc.runtime.compile import Compile
 from hpc.runtime.configuration import DataLoaderConfiguration
 from hpc.runtime.data.prepare import PreparedDataLoader
-from hpc.runtime.deepspeed_dummies import DummyOptim, DummyScheduler, EngineScheduler
-from hpc.runtime.gradient_state import GradientState
+from hpc.runtime.parallel.compile import Compile
 from hpc.runtime.precision import Precision
-from hpc.runtime.process_env import ProcessState
-from hpc.runtime.process_state import distributed_type_of
-from hpc.runtime.training_state import TrainingState
-from hpc.runtime.wrappers import AcceleratedOptimizer, AcceleratedScheduler
+from hpc.runtime.process.gradient_state import GradientState
+from hpc.runtime.process.process_state import ProcessState
+from hpc.runtime.process.state import distributed_type_of
+from hpc.runtime.process.training_state import TrainingState
+from hpc.runtime.strategies.deepspeed_dummies import DummyOptim, DummyScheduler, EngineScheduler
+from hpc.runtime.training.wrappers import AcceleratedOptimizer, AcceleratedScheduler
 
 
 @dataclass(eq=False)

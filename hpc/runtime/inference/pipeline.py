@@ -24,8 +24,8 @@ from torch.utils import _pytree as pytree
 
 from hpc.errors import HpcError, shorten, shown
 from hpc.runtime.big_models.sizes import compute_module_sizes
-from hpc.runtime.nest import send_to_device
-from hpc.runtime.process_state import PartialState
+from hpc.runtime.process.nest import send_to_device
+from hpc.runtime.process.state import PartialState
 
 __all__ = ["prepare_pippy"]
 

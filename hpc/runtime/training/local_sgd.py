@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from hpc.errors import HpcError
-from hpc.runtime.distributed_type import DistributedType
-from hpc.runtime.process_state import distributed_type_of
+from hpc.runtime.process.distributed_type import DistributedType
+from hpc.runtime.process.state import distributed_type_of
 
 __all__ = ["LocalSGD"]
 

@@ -1,24 +1,10 @@
-"""`accelerate.utils.dataclasses`: the enums, configurations, plugins and kwargs handlers scripts import from there.
-
-The configurations, plugins and handlers are hpc.runtime's own, re-exported; only the enums are defined here.
-"""
+"""The enums of `accelerate.utils.dataclasses`: how the job's processes work together (DistributedType) and the
+random generators synchronize_rng_states knows (RNGType). hpc.utils.dataclasses re-exports them with the
+configurations, plugins and handlers, each from its own module."""
 
 from __future__ import annotations
 
 import enum
-
-from hpc.runtime.compile import TorchDynamoPlugin
-from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
-from hpc.runtime.handlers import (
-    AutocastKwargs,
-    DDPCommunicationHookType,
-    DistributedDataParallelKwargs,
-    GradScalerKwargs,
-    InitProcessGroupKwargs,
-    KwargsHandler,
-    ProfileKwargs,
-)
-from hpc.runtime.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 
 
 class DistributedType(str, enum.Enum):
@@ -58,7 +44,4 @@ class RNGType(str, enum.Enum):
     GENERATOR = "generator"
 
 
-__all__ = ["TorchDynamoPlugin", "AutocastKwargs", "DDPCommunicationHookType", "InitProcessGroupKwargs", "KwargsHandler",
-           "ProfileKwargs", "DataLoaderConfiguration", "DeepSpeedPlugin", "DistributedDataParallelKwargs",
-           "DistributedType", "FullyShardedDataParallelPlugin", "GradScalerKwargs", "GradientAccumulationPlugin",
-           "ProjectConfiguration", "RNGType"]
+__all__ = ["DistributedType", "RNGType"]

@@ -6,7 +6,7 @@ Mapping keeps its type where its constructor takes a dict (a tokenizer's BatchEn
 ModelOutput an OrderedDict; a defaultdict keeps its factory; any other becomes a dict rather than failing), and a
 dataclass that is neither is rebuilt with its walked fields (fields that are not tensors are kept as they are:
 Accelerate does not walk dataclasses at all). Other leaves that are not tensors are kept, or refused by name.
-Collectives across ranks are in hpc.runtime.collectives.
+Collectives across ranks are in hpc.runtime.process.collectives.
 """
 
 from __future__ import annotations
