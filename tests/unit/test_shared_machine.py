@@ -431,6 +431,7 @@ def test_a_fresh_clones_own_copies_of_the_builtins_say_nothing(in_tmp):
     folder) printed four notes about files that are the built-ins themselves."""
     for name in ("cluster_configs", "job_templates"):
         shutil.copytree(builtin_dir(name), in_tmp / name)
+        os.chmod(in_tmp / name, 0o755)  # a clone's folders are the user's alone (a group-writable one is ignored)
     (in_tmp / "train.py").write_text("")
     proc = subprocess.run(hpc_cmd("render", "train.py"), cwd=in_tmp, capture_output=True, text=True, timeout=60,
                           env={**os.environ})

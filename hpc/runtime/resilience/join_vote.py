@@ -42,8 +42,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils._pytree import tree_map
 
 from hpc.runtime.data.position import EpochPoint
+from hpc.runtime.process.seed import rng_state, set_rng_state
 from hpc.runtime.resilience import preemption
-from hpc.runtime.seed import rng_state, set_rng_state
 
 _NONE = -(2**62)  # what a joined rank gives for the fields only the ranks still training fill (MAX ignores it)
 _HEAD = 5  # code, not at a boundary, -rank, and (steps, -steps) ...

@@ -57,7 +57,7 @@ _CLOCK_SKEW_S = 10.0  # a report written this long before our start() is a previ
 # barriers, FSDP, DTensor), DDP's module code, DeepSpeed's communication layer, hpc's stop vote (should_stop
 # waits there for the vote every rank cast).
 _COLLECTIVE_PATHS = ("/torch/distributed/", "/torch/nn/parallel/", "/deepspeed/comm/",
-                     "/hpc/runtime/resilience/stop_vote.py")
+                     "/hpc/runtime/process/stop_vote.py", "/hpc/runtime/resilience/join_vote.py")
 # DDP and FSDP reduce gradients from autograd hooks and wait for them at the end of backward, inside the C++
 # engine: the innermost Python frame is then autograd's.
 _BACKWARD_PATHS = ("/torch/autograd/",)
