@@ -128,7 +128,11 @@ def _stopped_inside_and_resumed(tmp_path, n: int, sender: int, target: int, **wh
     assert code == 0, resumed_err[-3000:]
     out, want = torch.load(tmp_path / "out.pt"), _STRAIGHT_JOIN[key]
     assert out["same"] and want["same"]
-    assert torch.equal(out["weights"], want["weights"]), "the resumed run ends with other weights"
+    # equal but for the order of a 3-rank sum: DDP rebuilds its gradient buckets after its first iteration, so the
+    # resumed run's first all-reduce cuts the gradients differently and gloo's ring adds three values in another
+    # order (with 2 ranks a + b == b + a, and resumes are bitwise). Without the batch's random state restored, 2e-2 off.
+    assert torch.allclose(out["weights"], want["weights"], rtol=0, atol=1e-6), \
+        f"the resumed run ends with other weights: {(out['weights'] - want['weights']).abs().max():.2e} off"
     assert out["steps"] == want["steps"]
     trained = sorted(int(i) for f in project.glob("seen-a*-r*.txt") for i in f.read_text().split())
     assert trained == list(range(n)), "a sample was lost or trained twice"
