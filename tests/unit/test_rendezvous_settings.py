@@ -111,7 +111,7 @@ def test_a_bad_section_is_one_line_naming_file_key_and_fix(in_tmp, body, key, pr
 @pytest.mark.parametrize("flags, env, sets, key, problem", [
     ({}, {"HPC_RDZV_LAST_CALL_TIMEOUT": "$(id)"}, None, "HPC_RDZV_LAST_CALL_TIMEOUT", "must be an integer"),
     ({}, {}, ["rdzv_keep_alive_interval=0"], "--set rdzv_keep_alive_interval", "must be at least 1"),
-    ({"rdzv_last_call_timeout": 600}, {}, None, "--rdzv-last-call-timeout", "not shorter than rdzv_join_timeout"),
+    ({}, {}, ["rdzv_last_call_timeout=600"], "--set rdzv_last_call_timeout", "not shorter than rdzv_join_timeout"),
 ])
 def test_a_bad_job_value_is_one_line_naming_where_it_was_set(in_tmp, flags, env, sets, key, problem):
     with pytest.raises(ConfigError) as err:
