@@ -175,6 +175,19 @@ def _hostfile(job: JobSpec, profile: ClusterProfile, backend) -> str | None:
     return layout.hostfile_text(hosts, job.nproc_per_node, profile.hostfile_format)
 
 
+def rdzv_conf(job: JobSpec) -> str:
+    """An elastic torchrun job's rendezvous settings, as they join ``is_host=`` in the node's PET_RDZV_CONF
+    (torchrun's --rdzv_conf: ``key=value`` pairs, comma-separated; torch reads each with int()). Empty for a job
+    that is not elastic: all of its nodes, or none, go on, so torch's own timeouts never hold it up."""
+    if not job.elastic:
+        return ""
+    pairs = {"join_timeout": job.rdzv_join_timeout, "last_call_timeout": job.rdzv_last_call_timeout,
+             "keep_alive_interval": job.rdzv_keep_alive_interval,
+             "keep_alive_max_attempt": job.rdzv_keep_alive_max_attempt}
+    # validated positive integers; int() again because the text lands inside the node's single-quoted bash -c
+    return "".join(f",{key}={int(value)}" for key, value in pairs.items())
+
+
 def vets(job, profile, backend) -> bool:
     """Whether the job's nodes are vetted before its ranks start: SLURM jobs only (the local profile has one
     machine); the job's `vet`, else the profile's vetting.enabled, else: 2+ nodes, spare nodes or a health check."""
@@ -297,6 +310,7 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         "min_nodes": job.min_nodes,
         "lost_node_after": profile.lost_nodes.after,
         "probe_timeout": profile.lost_nodes.probe_timeout,
+        "rdzv_conf": rdzv_conf(job),
     }
     try:
         script = template.render(**context).rstrip("\n") + "\n"

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from hpc.contract import checks
+from hpc.errors import ConfigError
 
 Launcher = Literal["srun", "torchrun", "deepspeed"]
 
@@ -50,3 +51,31 @@ class Vetting(ReprByFields):
     min_bandwidth: float | None = checked(checks.non_negative_number, default=None)  # GB/s, each node's best pair
     relative_speed: float = checked(checks.fraction, default=0.5)  # below this share of the median node: slow
     timeout: int = checked(checks.positive, default=120)  # seconds for the whole vetting step
+
+
+# hpc's defaults for torchrun's c10d rendezvous (torch's own: join 600, last call 30, keep-alive 5 s x 3): a lost
+# node costs seconds, not the ~45 s of torch's. Whole seconds: torch reads each with int().
+RDZV_JOIN_TIMEOUT = 600
+RDZV_LAST_CALL_TIMEOUT = 3
+RDZV_KEEP_ALIVE_INTERVAL = 1
+RDZV_KEEP_ALIVE_MAX_ATTEMPT = 3
+
+
+@record
+class Rendezvous(ReprByFields):
+    """An elastic torchrun job's c10d rendezvous (torchrun --rdzv_conf), in whole seconds. A node is taken for dead
+    once its agent's heartbeat is ``keep_alive_interval * keep_alive_max_attempt`` s old; a new round, once it has
+    the job's MIN nodes, waits ``last_call_timeout`` s more for others (it starts at once with MAX); a node gives up
+    joining after ``join_timeout`` s. These are the jobs' defaults (job keys ``rdzv_*``)."""
+
+    join_timeout: int = checked(checks.positive, default=RDZV_JOIN_TIMEOUT)
+    last_call_timeout: int = checked(checks.positive, default=RDZV_LAST_CALL_TIMEOUT)
+    keep_alive_interval: int = checked(checks.positive, default=RDZV_KEEP_ALIVE_INTERVAL)
+    keep_alive_max_attempt: int = checked(checks.positive, default=RDZV_KEEP_ALIVE_MAX_ATTEMPT)
+
+    def validate(self, source: str) -> None:
+        # a round's last call must end before a node's join gives up, or no round with fewer than MAX nodes forms
+        if self.last_call_timeout >= self.join_timeout:
+            raise ConfigError(source, "rendezvous.last_call_timeout", self.last_call_timeout,
+                              f"is not shorter than rendezvous.join_timeout ({self.join_timeout})",
+                              "lower rendezvous.last_call_timeout or raise rendezvous.join_timeout")

@@ -118,11 +118,15 @@ def flag_layer(flags: Mapping[str, Any]) -> Layer:
 
 
 def _profile_layers(profile: ClusterProfile, origin: Mapping[str, Path]) -> list[Layer]:
-    """The profile's job defaults, one layer per file along ``extends`` so each value names its file."""
+    """The profile's job defaults, one layer per file along ``extends`` so each value names its file. A dotted
+    profile key (``rendezvous.last_call_timeout``) is one key of a section."""
     by_file: dict[Path, dict[str, Any]] = {}
     for job_key, prof_key in PROFILE_DEFAULTS.items():
         if prof_key in origin:  # only what the profile (or an ancestor) really says
-            by_file.setdefault(origin[prof_key], {})[job_key] = getattr(profile, prof_key)
+            value: Any = profile
+            for part in prof_key.split("."):
+                value = getattr(value, part)
+            by_file.setdefault(origin[prof_key], {})[job_key] = value
     return [Layer(f"profile {path.name}", str(path), values) for path, values in by_file.items()]
 
 
@@ -262,6 +266,10 @@ def _check_against_profile(job: JobSpec, profile: ClusterProfile, located: dict[
             fail("nodes", f"is outside the elastic range {job.elastic}", f"ask for between {lo} and {hi} nodes")
     if job.min_nodes is not None:
         _check_min_nodes(job, fail)
+    if job.rdzv_last_call_timeout >= job.rdzv_join_timeout:
+        # a round's last call must end before a node's join gives up, or no round with fewer than MAX nodes forms
+        fail("rdzv_last_call_timeout", f"is not shorter than rdzv_join_timeout ({job.rdzv_join_timeout})",
+             "lower rdzv_last_call_timeout or raise rdzv_join_timeout")
     refused = scheduler_keys.refused_key(job, profile)
     if refused is not None:
         fail(*refused)

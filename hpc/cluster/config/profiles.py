@@ -12,7 +12,7 @@ from hpc.errors import ConfigError, HpcError, shorten, shown
 
 DEFAULT_PROFILE = "local"
 MAX_EXTENDS_DEPTH = 16  # profiles along one 'extends' chain; real sites use two or three
-_MERGED_MAPPINGS = ("env", "container", "preemption")  # merged key by key along extends; the rest replace
+_MERGED_MAPPINGS = ("env", "container", "preemption", "rendezvous")  # merged key by key along extends; the rest replace
 
 
 def _is_path(ref: str) -> bool:
@@ -88,7 +88,8 @@ def _chain(path: Path) -> list[tuple[Path, dict]]:
 
 
 def _raw(path: Path) -> tuple[dict, dict[str, Path]]:
-    """The profile's keys merged over its ancestors', and which file each top-level key came from."""
+    """The profile's keys merged over its ancestors', and which file each key came from: each top-level key, and
+    each key of a merged mapping as ``section.key``."""
     merged: dict = {}
     origin: dict[str, Path] = {}
     for file, data in reversed(_chain(path)):
@@ -97,7 +98,11 @@ def _raw(path: Path) -> tuple[dict, dict[str, Path]]:
                 merged[key] = {**merged[key], **value}
             else:
                 merged[key] = value
+                for dotted in [k for k in origin if k.startswith(f"{key}.")]:
+                    del origin[dotted]  # replaced whole: its keys no longer come from the ancestor
             origin[key] = file
+            if key in _MERGED_MAPPINGS and isinstance(value, dict):
+                origin.update({f"{key}.{sub}": file for sub in value})
     return merged, origin
 
 

@@ -10,8 +10,13 @@ from typing import Literal, get_args
 
 from hpc.contract import checks
 from hpc.contract.launch_settings import (  # noqa: F401 - Launcher, Preemption, Vetting: the profile's too
+    RDZV_JOIN_TIMEOUT,
+    RDZV_KEEP_ALIVE_INTERVAL,
+    RDZV_KEEP_ALIVE_MAX_ATTEMPT,
+    RDZV_LAST_CALL_TIMEOUT,
     Launcher,
     Preemption,
+    Rendezvous,
     Vetting,
     record,
 )
@@ -100,6 +105,7 @@ class ClusterProfile(TrainingSettings, _Repr):
     remote: Remote | None = None
     preemption: Preemption = field(default_factory=Preemption)
     lost_nodes: LostNodes = field(default_factory=LostNodes)
+    rendezvous: Rendezvous = field(default_factory=Rendezvous)  # elastic torchrun jobs' defaults (rdzv_* keys)
     # shell lines each node runs before the ranks start (exit 0: healthy), e.g. a site's node health check
     health_check: list[str] = _check(checks.shell_lines, default_factory=list)
     vetting: Vetting = field(default_factory=Vetting)
@@ -167,6 +173,12 @@ class JobSpec(TrainingSettings, _Repr):
     min_nodes: int | None = _check(checks.min_nodes, default=None)
     vet: bool | None = None  # vet the nodes before the ranks start (None: the profile's vetting.enabled decides)
     monitor_interval: float | None = _check(checks.positive_seconds, default=None)  # between torchrun's checks
+    # an elastic job's c10d rendezvous (torchrun --rdzv_conf), whole seconds; the profile's `rendezvous` section
+    # holds the defaults (see hpc.contract.launch_settings.Rendezvous)
+    rdzv_join_timeout: int = _check(checks.positive, default=RDZV_JOIN_TIMEOUT)
+    rdzv_last_call_timeout: int = _check(checks.positive, default=RDZV_LAST_CALL_TIMEOUT)
+    rdzv_keep_alive_interval: int = _check(checks.positive, default=RDZV_KEEP_ALIVE_INTERVAL)
+    rdzv_keep_alive_max_attempt: int = _check(checks.positive, default=RDZV_KEEP_ALIVE_MAX_ATTEMPT)
     array: str | None = _check(checks.array, default=None)
     sweep: str | None = None
     after: list[str] = _check(checks.after, default_factory=list)
@@ -207,6 +219,11 @@ PROFILE_DEFAULTS = {
     "min_nodes": "min_nodes",
     "output_dir": "output_dir",
     "template": "template",
+    # a dotted key: one key of a profile section
+    "rdzv_join_timeout": "rendezvous.join_timeout",
+    "rdzv_last_call_timeout": "rendezvous.last_call_timeout",
+    "rdzv_keep_alive_interval": "rendezvous.keep_alive_interval",
+    "rdzv_keep_alive_max_attempt": "rendezvous.keep_alive_max_attempt",
     "snapshot_include": "snapshot_include",
     "snapshot_exclude": "snapshot_exclude",
     **{key: key for key in TRAINING_KEYS},  # a site's training defaults (strategy, ZeRO stage, ...)
