@@ -8,6 +8,7 @@ preemption, hang watch, pacing and save/load are the run guard's (resilience/run
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import operator
 import os
@@ -123,7 +124,7 @@ class Accelerator:
         self.training.before_work, self.training.on_progress = self._guard.before_work, self._guard.beat
         self.training.on_step, self.training.before_batch = self._guard.step_completed, self._guard.before_batch
         self._collectives = RunCollectives(self._process, self.gradient_state, self._guard.before_collective,
-                                           lambda: self.debug)
+                                           functools.partial(getattr, self, "debug"))  # not a lambda: picklable
         self._preparation = Preparation(self._process, self.strategy, self.precision, s.compile, self.training,
                                         self.gradient_state)
         attach_accelerator(self)

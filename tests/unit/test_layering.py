@@ -266,3 +266,12 @@ def test_the_paths_users_and_queued_jobs_run_still_work():
             "assert callable(hpc.functions.main) and callable(hpc.sanity.main)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_the_runtime_stays_a_house_of_rooms():
+    """The runtime's root holds at most 15 modules, the rest in rooms; the Accelerator facade stays under 500
+    lines (it delegates: Accelerate's breadth goes into more small modules, not a bigger class)."""
+    root = [p for p in (HPC / "runtime").glob("*.py") if p.name != "__init__.py"]
+    assert len(root) <= 15, sorted(p.name for p in root)
+    lines = len((HPC / "runtime" / "accelerator.py").read_text().splitlines())
+    assert lines < 500, f"hpc/runtime/accelerator.py has {lines} lines"
