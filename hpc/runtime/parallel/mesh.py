@@ -4,7 +4,8 @@ One DeviceMesh over the job's ranks, its dimensions in Accelerate's canonical or
 tp) so that tp, the innermost, falls within a node: consecutive ranks share a node, and tensor parallelism's
 all-reduces in every layer want the fastest links. Joint dimensions are flattened as Accelerate's are: "dp" (the
 data-parallel ranks: distinct batches), "dp_shard_cp" (what FSDP shards over), "dp_cp" (what a loss is averaged
-over).
+over). The order, the joint dimensions and which sizes compose are the contract's (hpc/contract/mesh_sizes.py),
+read the same way at submit.
 
 Sizes left unset come from PARALLELISM_CONFIG_<DIM>_SIZE (Accelerate's launcher sets them), else 1.
 """
@@ -14,9 +15,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from hpc.contract import mesh_sizes
+from hpc.contract.mesh_sizes import DIMS
 from hpc.errors import HpcError
-
-DIMS = ("dp_replicate", "dp_shard", "cp", "tp")  # the mesh's order, outermost first
 
 
 @dataclass
@@ -55,12 +56,7 @@ class TorchTensorParallelPlugin:
 
 def _size(value, name: str) -> int:
     if value is None:
-        raw = os.environ.get(f"PARALLELISM_CONFIG_{name.upper()}_SIZE", "1")
-        try:
-            value = int(raw)
-        except ValueError:
-            raise HpcError(f"PARALLELISM_CONFIG_{name.upper()}_SIZE={raw!r} is not a whole number",
-                           fix="set it to 1 or more") from None
+        value = mesh_sizes.parse(name, os.environ.get(mesh_sizes.variable(name), "1"))
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise HpcError(f"ParallelismConfig({name}_size={value!r}) must be a whole number >= 1", fix="use 1 or more")
     return value
@@ -103,7 +99,7 @@ class ParallelismConfig:
             raise HpcError(f"ParallelismConfig: context parallelism (cp_size {self.cp_size}) and sequence "
                            f"parallelism (sp_size {self.sp_size}) each split the sequence; they cannot be composed",
                            fix="set one of them to 1")
-        if (self.tp_size > 1 or self.cp_size > 1) and self.dp_replicate_size > 1 and self.dp_shard_size == 1:
+        if mesh_sizes.tp_cp_over_pure_replicate(self.sizes()):
             raise HpcError("ParallelismConfig: tensor/context parallelism cannot be composed with pure data "
                            "parallelism (dp_replicate_size > 1, dp_shard_size 1)",
                            fix="set dp_shard_size > 1 (FSDP x TP), or dp_replicate_size and dp_shard_size both "
@@ -118,21 +114,13 @@ class ParallelismConfig:
     tp_enabled = property(lambda self: self._enabled("tp"))
     cp_enabled = property(lambda self: self._enabled("cp"))
 
-    @property
-    def dp_dim_names(self) -> list[str]:
-        return [d for d in ("dp_replicate", "dp_shard") if self._enabled(d)]
+    def _split(self, dims) -> list[str]:
+        return [d for d in dims if self._enabled(d)]
 
-    @property
-    def non_dp_dim_names(self) -> list[str]:
-        return [d for d in ("tp", "cp") if self._enabled(d)]
-
-    @property
-    def dp_shard_cp_dim_names(self) -> list[str]:
-        return [d for d in ("dp_shard", "cp") if self._enabled(d)]
-
-    @property
-    def dp_cp_dim_names(self) -> list[str]:
-        return [d for d in ("dp_replicate", "dp_shard", "cp") if self._enabled(d)]
+    dp_dim_names = property(lambda self: self._split(mesh_sizes.JOINT["dp"]))
+    non_dp_dim_names = property(lambda self: self._split(mesh_sizes.NON_DATA))
+    dp_shard_cp_dim_names = property(lambda self: self._split(mesh_sizes.JOINT["dp_shard_cp"]))
+    dp_cp_dim_names = property(lambda self: self._split(mesh_sizes.JOINT["dp_cp"]))
 
     @property
     def fsdp_dim_names(self) -> list[str]:
@@ -144,7 +132,7 @@ class ParallelismConfig:
 
     @property
     def total_size(self) -> int:
-        return self.dp_replicate_size * self.dp_shard_size * self.tp_size * self.cp_size
+        return mesh_sizes.total(self.sizes())
 
     @property
     def non_data_parallel_size(self) -> int:
@@ -182,8 +170,7 @@ class ParallelismConfig:
         mesh = init_device_mesh(device_type, tuple(getattr(self, f"{d}_size") for d in dims), mesh_dim_names=dims)
         # torch wants flattened meshes kept by who made them (slicing them from the root is deprecated)
         self._joint = {joint: mesh[tuple(parts)]._flatten(joint) for joint, parts in (
-            ("dp", self.dp_dim_names), ("dp_shard_cp", self.dp_shard_cp_dim_names), ("dp_cp", self.dp_cp_dim_names))
-            if parts}
+            (joint, self._split(dims)) for joint, dims in mesh_sizes.JOINT.items()) if parts}
         return mesh
 
     def submesh(self, *names: str):
@@ -216,3 +203,4 @@ class ParallelismConfig:
             raise HpcError(f"the mesh was built for {self.device_mesh.device_type}, not {device_type}",
                            fix=f"ask for {self.device_mesh.device_type}")
         return self.device_mesh
+
