@@ -8,6 +8,9 @@ over). The order, the joint dimensions and which sizes compose are the contract'
 read the same way at submit.
 
 Sizes left unset come from PARALLELISM_CONFIG_<DIM>_SIZE (Accelerate's launcher sets them), else 1.
+
+Every mesh hpc trains over is built here: the ParallelismConfig's, and the (replicate x shard) one an FSDP plugin's
+sharding_strategy asks for without a ParallelismConfig (plugin_mesh).
 """
 
 from __future__ import annotations
@@ -186,6 +189,12 @@ class ParallelismConfig:
 
         return DeviceMesh._concatenate([joint[n] if n in joint else self.device_mesh[n] for n in names])
 
+    def sharding_mesh(self):
+        """What FSDP2 shards over: (dp_replicate x) dp_shard x cp, HSDP where dp_replicate is split; None under
+        tensor parallelism alone (nothing to shard)."""
+        names = self.fsdp_dim_names if self.cp_enabled else self.dp_dim_names  # cp 1: dp_shard_cp is dp_shard
+        return self.submesh(*names) if names else None
+
     def rank_in(self, name: str) -> int:
         """This process's place along one mesh dimension; 0 where the dimension is not split (as Accelerate's
         tensor_parallel_rank and kin)."""
@@ -204,3 +213,20 @@ class ParallelismConfig:
                            fix=f"ask for {self.device_mesh.device_type}")
         return self.device_mesh
 
+
+def plugin_mesh(sharding_strategy: str, world_size: int, local_world_size: int, device_type: str):
+    """The mesh an FSDP plugin's sharding_strategy asks for without a ParallelismConfig: NO_SHARD and HYBRID_SHARD
+    a 2-D (replicate x shard) one, (world x 1) and (nodes x local ranks), so that both end in the same HSDP code
+    path as ParallelismConfig(dp_replicate, dp_shard); the others one dimension over every rank."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    kind = sharding_strategy
+    if kind == "NO_SHARD":
+        return init_device_mesh(device_type, (world_size, 1), mesh_dim_names=("replicate", "shard"))
+    if kind in ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2"):
+        local = local_world_size
+        if world_size % local:
+            raise HpcError(f"{kind} needs the same number of ranks on every node ({world_size} ranks, "
+                           f"{local} on this node)", fix="use FULL_SHARD, or even nodes")
+        return init_device_mesh(device_type, (world_size // local, local), mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(device_type, (world_size,), mesh_dim_names=("shard",))
