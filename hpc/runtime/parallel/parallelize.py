@@ -4,7 +4,7 @@
 The order, each step skipped where it has nothing to do:
 
 1. precision: fp8's Float8Linear layers (torchao, fp8.py) and the forward run under autocast (precision.py).
-   First, so that tensor parallelism and FSDP2 cut and gather the Float8Linear weights (in fp8 under FSDP2).
+   First, on the whole model, so that FSDP2 wraps the Float8Linear layers and gathers their shards in fp8.
 2. place: the strategy's (the device; FSDP2's materialization of meta weights and their broadcast from rank 0).
 3. context-parallel hooks (context_parallel/): the model's forward handed this rank's sequence positions.
 4. tensor parallelism (tensor_parallel.py): the model's tp_plan on the mesh's "tp", unless transformers applied it
