@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from hpc.contract import mesh_sizes
 from hpc.contract.accelerate_env import to_environ  # noqa: F401 - the other direction, for the same callers
 from hpc.errors import ConfigError, shorten
 
@@ -321,7 +322,6 @@ def _megatron(ctx: _Context, name: str, value: Any) -> None:
 
 
 _MEGATRON = _megatron
-_MESH_SIZES = ("dp_replicate", "dp_shard", "tp", "cp")  # the dimensions hpc builds (sp size: 1 only)
 # the context-parallel settings the job's ParallelismConfig reads (hpc.runtime.parallel.mesh), and their values
 _CP_CHOICES = {"cp_comm_strategy": ("allgather", "alltoall"), "cp_backend": ("torch",)}
 
@@ -362,12 +362,12 @@ def _parallelism(ctx: _Context, name: str, value: Any) -> None:
         size = _int(ctx, name, value)
         if size < 1:
             ctx.fail(name, value, "must be 1 or more", "write e.g. 2")
-        if dim not in _MESH_SIZES:  # a dimension hpc does not build: harmless at 1
+        if dim not in mesh_sizes.DIMS:  # a dimension hpc does not build: harmless at 1
             if size > 1:
                 ctx.fail(name, value, "is not a dimension hpc's ParallelismConfig builds",
                          "use the dp_replicate, dp_shard, tp and cp sizes")
             return
-        env[f"PARALLELISM_CONFIG_{dim.upper()}_SIZE"] = str(size)
+        env[mesh_sizes.variable(dim)] = str(size)
         env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true"
     ctx.out.values["env"] = env
 

@@ -1,28 +1,58 @@
-"""A ParallelismConfig's sizes as a job carries them (the PARALLELISM_CONFIG_* variables Accelerate's launcher
-sets), checked against the job's shape before anything is queued. Torch-free: `hpc submit` reads it."""
+"""The mesh's rules, once, torch-free: its dimensions and their order, the variables that carry their sizes, the
+joint dimensions, and which sizes compose. Read at submit (`hpc submit` checks a job's PARALLELISM_CONFIG_*
+against its nodes and processes before anything is queued), by Accelerate's launch settings
+(contract/accelerate_settings.py), and in the job by ParallelismConfig (runtime/parallel/mesh.py)."""
 
 from __future__ import annotations
 
 from hpc.errors import HpcError
 
+# the mesh's order, outermost first: tp, the innermost, falls within a node (consecutive ranks share one), where
+# tensor parallelism's all-reduces in every layer find the fastest links
 DIMS = ("dp_replicate", "dp_shard", "cp", "tp")
+NON_DATA = ("tp", "cp")  # the dimensions whose ranks take the same batches (Accelerate's non_dp_dim_names order)
+# Accelerate's flattened dimensions, each the dimensions it joins (those > 1 of them): the data-parallel ranks
+# (distinct batches), what FSDP shards over, what a loss is averaged over
+JOINT = {"dp": ("dp_replicate", "dp_shard"), "dp_shard_cp": ("dp_shard", "cp"),
+         "dp_cp": ("dp_replicate", "dp_shard", "cp")}
+
+
+def variable(dim: str) -> str:
+    """The variable Accelerate's launcher sets for a dimension's size."""
+    return f"PARALLELISM_CONFIG_{dim.upper()}_SIZE"
+
+
+def parse(dim: str, raw: str) -> int:
+    """A size as its variable carries it; the check that it is 1 or more is the reader's (its message names how
+    the size was given)."""
+    try:
+        return int(raw)
+    except ValueError:
+        raise HpcError(f"{variable(dim)}={raw!r} is not a whole number", fix="set it to 1 or more") from None
+
+
+def total(mesh: dict[str, int]) -> int:
+    """The processes a mesh takes: the product of its sizes."""
+    return mesh["dp_replicate"] * mesh["dp_shard"] * mesh["cp"] * mesh["tp"]
+
+
+def tp_cp_over_pure_replicate(mesh: dict[str, int]) -> bool:
+    """Tensor or context parallelism asked over pure data parallelism (dp_replicate > 1, dp_shard 1): refused, as
+    Accelerate's: their DTensors compose with FSDP2's sharding (dp_shard > 1, HSDP with both), not with DDP."""
+    return (mesh["tp"] > 1 or mesh["cp"] > 1) and mesh["dp_replicate"] > 1 and mesh["dp_shard"] == 1
 
 
 def sizes(env: dict) -> dict[str, int] | None:
     """The sizes a job's variables ask for, None when they ask for no ParallelismConfig."""
-    named = {d: env.get(f"PARALLELISM_CONFIG_{d.upper()}_SIZE") for d in DIMS}
+    named = {d: env.get(variable(d)) for d in DIMS}
     if str(env.get("ACCELERATE_USE_PARALLELISM_CONFIG", "")).lower() not in ("1", "true", "yes") and not any(
             v is not None for v in named.values()):
         return None
     out = {}
     for dim, raw in named.items():
-        try:
-            out[dim] = int(raw) if raw is not None else 1
-        except ValueError:
-            raise HpcError(f"PARALLELISM_CONFIG_{dim.upper()}_SIZE={raw!r} is not a whole number",
-                           fix="set it to 1 or more") from None
+        out[dim] = parse(dim, raw) if raw is not None else 1
         if out[dim] < 1:
-            raise HpcError(f"PARALLELISM_CONFIG_{dim.upper()}_SIZE={raw} must be 1 or more", fix="use 1 or more")
+            raise HpcError(f"{variable(dim)}={raw} must be 1 or more", fix="use 1 or more")
     return out
 
 
@@ -40,13 +70,13 @@ def check(env: dict, nodes: int, per_node: int, elastic: str | None, min_nodes: 
         raise HpcError(f"ParallelismConfig {shown} with min_nodes {min_nodes}: a mesh has a fixed number of ranks, "
                        "and a requeue may run the job on fewer nodes",
                        fix="drop --min-nodes, or the ParallelismConfig sizes")
-    if (mesh["tp"] > 1 or mesh["cp"] > 1) and mesh["dp_replicate"] > 1 and mesh["dp_shard"] == 1:
+    if tp_cp_over_pure_replicate(mesh):
         raise HpcError(f"ParallelismConfig {shown}: tensor/context parallelism cannot be composed with pure data "
                        "parallelism (dp_replicate > 1, dp_shard 1)", fix="set dp_shard_size > 1 (FSDP x TP/CP), or "
                        "dp_replicate and dp_shard both > 1 (HSDP x TP/CP)")
-    world, total = nodes * per_node, mesh["dp_replicate"] * mesh["dp_shard"] * mesh["cp"] * mesh["tp"]
-    if total != world:
-        raise HpcError(f"ParallelismConfig {shown} needs {total} processes; the job has {world} ({nodes} node(s) x "
+    world, needed = nodes * per_node, total(mesh)
+    if needed != world:
+        raise HpcError(f"ParallelismConfig {shown} needs {needed} processes; the job has {world} ({nodes} node(s) x "
                        f"{per_node})", fix="make dp_replicate x dp_shard x cp x tp the job's processes")
     inner = mesh["tp"] * mesh["cp"]
     if per_node % inner:

@@ -4,9 +4,13 @@ One DeviceMesh over the job's ranks, its dimensions in Accelerate's canonical or
 tp) so that tp, the innermost, falls within a node: consecutive ranks share a node, and tensor parallelism's
 all-reduces in every layer want the fastest links. Joint dimensions are flattened as Accelerate's are: "dp" (the
 data-parallel ranks: distinct batches), "dp_shard_cp" (what FSDP shards over), "dp_cp" (what a loss is averaged
-over).
+over). The order, the joint dimensions and which sizes compose are the contract's (hpc/contract/mesh_sizes.py),
+read the same way at submit.
 
 Sizes left unset come from PARALLELISM_CONFIG_<DIM>_SIZE (Accelerate's launcher sets them), else 1.
+
+Every mesh hpc trains over is built here: the ParallelismConfig's, and the (replicate x shard) one an FSDP plugin's
+sharding_strategy asks for without a ParallelismConfig (plugin_mesh).
 """
 
 from __future__ import annotations
@@ -14,9 +18,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from hpc.contract import mesh_sizes
+from hpc.contract.mesh_sizes import DIMS
 from hpc.errors import HpcError
-
-DIMS = ("dp_replicate", "dp_shard", "cp", "tp")  # the mesh's order, outermost first
 
 
 @dataclass
@@ -55,12 +59,7 @@ class TorchTensorParallelPlugin:
 
 def _size(value, name: str) -> int:
     if value is None:
-        raw = os.environ.get(f"PARALLELISM_CONFIG_{name.upper()}_SIZE", "1")
-        try:
-            value = int(raw)
-        except ValueError:
-            raise HpcError(f"PARALLELISM_CONFIG_{name.upper()}_SIZE={raw!r} is not a whole number",
-                           fix="set it to 1 or more") from None
+        value = mesh_sizes.parse(name, os.environ.get(mesh_sizes.variable(name), "1"))
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise HpcError(f"ParallelismConfig({name}_size={value!r}) must be a whole number >= 1", fix="use 1 or more")
     return value
@@ -103,7 +102,7 @@ class ParallelismConfig:
             raise HpcError(f"ParallelismConfig: context parallelism (cp_size {self.cp_size}) and sequence "
                            f"parallelism (sp_size {self.sp_size}) each split the sequence; they cannot be composed",
                            fix="set one of them to 1")
-        if (self.tp_size > 1 or self.cp_size > 1) and self.dp_replicate_size > 1 and self.dp_shard_size == 1:
+        if mesh_sizes.tp_cp_over_pure_replicate(self.sizes()):
             raise HpcError("ParallelismConfig: tensor/context parallelism cannot be composed with pure data "
                            "parallelism (dp_replicate_size > 1, dp_shard_size 1)",
                            fix="set dp_shard_size > 1 (FSDP x TP), or dp_replicate_size and dp_shard_size both "
@@ -118,21 +117,13 @@ class ParallelismConfig:
     tp_enabled = property(lambda self: self._enabled("tp"))
     cp_enabled = property(lambda self: self._enabled("cp"))
 
-    @property
-    def dp_dim_names(self) -> list[str]:
-        return [d for d in ("dp_replicate", "dp_shard") if self._enabled(d)]
+    def _split(self, dims) -> list[str]:
+        return [d for d in dims if self._enabled(d)]
 
-    @property
-    def non_dp_dim_names(self) -> list[str]:
-        return [d for d in ("tp", "cp") if self._enabled(d)]
-
-    @property
-    def dp_shard_cp_dim_names(self) -> list[str]:
-        return [d for d in ("dp_shard", "cp") if self._enabled(d)]
-
-    @property
-    def dp_cp_dim_names(self) -> list[str]:
-        return [d for d in ("dp_replicate", "dp_shard", "cp") if self._enabled(d)]
+    dp_dim_names = property(lambda self: self._split(mesh_sizes.JOINT["dp"]))
+    non_dp_dim_names = property(lambda self: self._split(mesh_sizes.NON_DATA))
+    dp_shard_cp_dim_names = property(lambda self: self._split(mesh_sizes.JOINT["dp_shard_cp"]))
+    dp_cp_dim_names = property(lambda self: self._split(mesh_sizes.JOINT["dp_cp"]))
 
     @property
     def fsdp_dim_names(self) -> list[str]:
@@ -144,7 +135,7 @@ class ParallelismConfig:
 
     @property
     def total_size(self) -> int:
-        return self.dp_replicate_size * self.dp_shard_size * self.tp_size * self.cp_size
+        return mesh_sizes.total(self.sizes())
 
     @property
     def non_data_parallel_size(self) -> int:
@@ -182,8 +173,7 @@ class ParallelismConfig:
         mesh = init_device_mesh(device_type, tuple(getattr(self, f"{d}_size") for d in dims), mesh_dim_names=dims)
         # torch wants flattened meshes kept by who made them (slicing them from the root is deprecated)
         self._joint = {joint: mesh[tuple(parts)]._flatten(joint) for joint, parts in (
-            ("dp", self.dp_dim_names), ("dp_shard_cp", self.dp_shard_cp_dim_names), ("dp_cp", self.dp_cp_dim_names))
-            if parts}
+            (joint, self._split(dims)) for joint, dims in mesh_sizes.JOINT.items()) if parts}
         return mesh
 
     def submesh(self, *names: str):
@@ -198,6 +188,12 @@ class ParallelismConfig:
         from torch.distributed.device_mesh import DeviceMesh
 
         return DeviceMesh._concatenate([joint[n] if n in joint else self.device_mesh[n] for n in names])
+
+    def sharding_mesh(self):
+        """What FSDP2 shards over: (dp_replicate x) dp_shard x cp, HSDP where dp_replicate is split; None under
+        tensor parallelism alone (nothing to shard)."""
+        names = self.fsdp_dim_names if self.cp_enabled else self.dp_dim_names  # cp 1: dp_shard_cp is dp_shard
+        return self.submesh(*names) if names else None
 
     def rank_in(self, name: str) -> int:
         """This process's place along one mesh dimension; 0 where the dimension is not split (as Accelerate's
@@ -216,3 +212,21 @@ class ParallelismConfig:
             raise HpcError(f"the mesh was built for {self.device_mesh.device_type}, not {device_type}",
                            fix=f"ask for {self.device_mesh.device_type}")
         return self.device_mesh
+
+
+def plugin_mesh(sharding_strategy: str, world_size: int, local_world_size: int, device_type: str):
+    """The mesh an FSDP plugin's sharding_strategy asks for without a ParallelismConfig: NO_SHARD and HYBRID_SHARD
+    a 2-D (replicate x shard) one, (world x 1) and (nodes x local ranks), so that both end in the same HSDP code
+    path as ParallelismConfig(dp_replicate, dp_shard); the others one dimension over every rank."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    kind = sharding_strategy
+    if kind == "NO_SHARD":
+        return init_device_mesh(device_type, (world_size, 1), mesh_dim_names=("replicate", "shard"))
+    if kind in ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2"):
+        local = local_world_size
+        if world_size % local:
+            raise HpcError(f"{kind} needs the same number of ranks on every node ({world_size} ranks, "
+                           f"{local} on this node)", fix="use FULL_SHARD, or even nodes")
+        return init_device_mesh(device_type, (world_size // local, local), mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(device_type, (world_size,), mesh_dim_names=("shard",))

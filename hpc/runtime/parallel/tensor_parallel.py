@@ -92,3 +92,11 @@ def apply(model: torch.nn.Module, mesh, plan: dict | None) -> torch.nn.Module:
         raise HpcError(f"tp_size {mesh.size()}: {type(model).__name__} carries no tensor-parallel plan (tp_plan)",
                        fix="use a transformers model that has one, or give TorchTensorParallelPlugin(tp_plan={...})")
     return parallelize_module(model, mesh, resolve(model, plan, mesh.size()))
+
+
+def applied(model: torch.nn.Module) -> bool:
+    """transformers' from_pretrained(tp_plan="auto", device_mesh=accelerator.torch_device_mesh["tp"]) hands over a
+    model whose weights are DTensors already: its plan is applied, not applied twice."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())

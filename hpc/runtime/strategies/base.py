@@ -4,6 +4,8 @@ import contextlib
 
 import torch
 
+from hpc.runtime.parallel.parallelize import ModelSettings, parallelize
+
 
 class Strategy:
     """One way of spreading training over processes. The Accelerator facade calls only these methods.
@@ -26,12 +28,23 @@ class Strategy:
         mesh gives tensor- or context-parallel ranks the same ones."""
         return self.state.world_size, self.state.rank
 
-    def prepare(self, models: list, optimizers: list, hints: dict) -> tuple[list, list]:
-        """Wrap the models of one prepare() call; return the optimizers to use (the same, or replacements)."""
-        return [self.wrap_model(m) for m in models], optimizers
+    def prepare(self, models: list, optimizers: list, hints: dict,
+                settings: ModelSettings) -> tuple[list, list]:
+        """Wrap the models of one prepare() call; return the optimizers to use (the same, or replacements).
+        ``settings``: the precision and compile each model is given by parallelize() around the strategy's steps."""
+        return [self.wrap_model(m, settings) for m in models], optimizers
 
-    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+    def wrap_model(self, model: torch.nn.Module, settings: ModelSettings) -> torch.nn.Module:
+        """The model through parallelize(), this strategy's place() and shard() its steps 2 and 6."""
+        return parallelize(model, None, settings, place=self.place, shard=self.shard, unwrap=self.unwrap)
+
+    def place(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The model where its weights will live, before anything cuts or wraps it."""
         raise NotImplementedError
+
+    def shard(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The data-parallel wrap; the model as it is where there is none."""
+        return model
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return model
@@ -86,5 +99,5 @@ class Strategy:
 class SingleProcess(Strategy):
     name = "single"
 
-    def wrap_model(self, model):
+    def place(self, model):
         return model.to(self.state.device)

@@ -17,9 +17,11 @@ class DDPStrategy(Strategy):
 
     name = "ddp"
 
-    def wrap_model(self, model):
+    def place(self, model):
+        return model.to(self.state.device)
+
+    def shard(self, model):
         kwargs = self.handlers.get(DistributedDataParallelKwargs) or DistributedDataParallelKwargs()
-        model = model.to(self.state.device)
         device_ids = [self.state.device.index] if self.state.device.type == "cuda" else None
         wrapped = DistributedDataParallel(model, device_ids=device_ids, **kwargs.ddp_args())
         kwargs.register_hook(wrapped)

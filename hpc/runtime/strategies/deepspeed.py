@@ -12,6 +12,7 @@ import torch
 
 from hpc.errors import HpcError
 from hpc.runtime.availability import import_deepspeed
+from hpc.runtime.parallel.parallelize import ModelSettings, parallelize
 from hpc.runtime.strategies import deepspeed_config
 from hpc.runtime.strategies.base import Strategy
 from hpc.runtime.strategies.deepspeed_dummies import DummyOptim
@@ -41,11 +42,12 @@ class DeepSpeedStrategy(Strategy):
         super().__init__(state, handlers, **settings)
         self.plugin = plugin or DeepSpeedPlugin()
         self.engine = None
+        self._engine_optimizers: list = []  # what deepspeed.initialize returned for the optimizers prepared
         self.engine_scheduler = None
         self.config: dict | None = None
         self._warned_clip = False
 
-    def prepare(self, models, optimizers, hints):
+    def prepare(self, models, optimizers, hints, settings: ModelSettings):
         if not models:
             if optimizers:
                 raise HpcError("under DeepSpeed the optimizer is prepared together with its model",
@@ -54,11 +56,18 @@ class DeepSpeedStrategy(Strategy):
         if self.engine is not None or len(models) > 1 or len(optimizers) > 1:
             raise HpcError("DeepSpeed trains one model with one optimizer per Accelerator",
                            fix="prepare one model and its optimizer")
+        # the engine is parallelize()'s step 6: fp8 before it, compile (of the engine's module) after
+        engine = parallelize(models[0], None, settings, shard=lambda model: self._engine(model, optimizers, hints),
+                             unwrap=self.unwrap)
+        return [engine], self._engine_optimizers
+
+    def _engine(self, model, optimizers: list, hints: dict):
+        """deepspeed.initialize over the model and the optimizer (or the config's, for a DummyOptim)."""
         deepspeed = import_deepspeed(self.state.device.type)
         self.config = deepspeed_config.build(
             self.plugin, micro_batch_size=hints.get("micro_batch_size") or 1,
             gradient_accumulation_steps=self.accumulation_steps, world_size=self.state.env.world_size,
-            mixed_precision=self.mixed_precision, num_params=sum(p.numel() for p in models[0].parameters()))
+            mixed_precision=self.mixed_precision, num_params=sum(p.numel() for p in model.parameters()))
         optimizer = optimizers[0] if optimizers else None
         extra = {}
         if isinstance(optimizer, DummyOptim):
@@ -72,11 +81,12 @@ class DeepSpeedStrategy(Strategy):
             deepspeed_config.fill_scheduler(self.config, scheduler)
             if "scheduler" not in self.config and scheduler.lr_scheduler_callable is not None:
                 extra["lr_scheduler"] = scheduler.lr_scheduler_callable
-        engine, ds_optimizer, _, ds_scheduler = deepspeed.initialize(model=models[0], optimizer=optimizer,
+        engine, ds_optimizer, _, ds_scheduler = deepspeed.initialize(model=model, optimizer=optimizer,
                                                                      config=self.config, dist_init_required=False,
                                                                      **extra)
         self.engine, self.engine_scheduler = engine, ds_scheduler
-        return [engine], ([ds_optimizer] if optimizers else [])
+        self._engine_optimizers = [ds_optimizer] if optimizers else []
+        return engine
 
     def config_scheduler(self):
         if self.engine_scheduler is None:

@@ -2,24 +2,29 @@
 
 FULL_SHARD reshards after forward; SHARD_GRAD_OP keeps parameters gathered between forward and backward;
 NO_SHARD and HYBRID_SHARD use a 2-D mesh (replicate x shard): (world x 1), and (nodes x local ranks).
-With a ParallelismConfig the mesh is its (dp_replicate x dp_shard x cp x tp): tensor parallelism is applied first
-on "tp" (tensor_parallel.py), then FSDP shards over "dp_shard_cp", replicating over "dp_replicate" (HSDP): one
-code path for HSDP whichever way it was asked for, since both end in fully_shard over a (replicate, shard) mesh.
+With a ParallelismConfig the mesh is its (dp_replicate x dp_shard x cp x tp): FSDP shards over "dp_shard_cp",
+replicating over "dp_replicate" (HSDP): one code path for HSDP whichever way it was asked for, since both end in
+fully_shard over a (replicate, shard) mesh. Both meshes are built in parallel/mesh.py; parallel/parallelize.py
+applies the rest (fp8, context and tensor parallelism, activation checkpointing, compile) around this strategy's
+own steps: the placement (sync_module_states), fully_shard with the plugin's policy, and the optimizers re-pointed
+at the shards.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import sys
 
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from hpc.errors import HpcError
+from hpc.runtime.parallel.mesh import plugin_mesh
+from hpc.runtime.parallel.parallelize import ModelSettings, parallelize
 from hpc.runtime.strategies.base import Strategy
 from hpc.runtime.strategies.plugins import FullyShardedDataParallelPlugin
 
@@ -56,21 +61,12 @@ class FSDPStrategy(Strategy):
         return dp.size(), dp.get_local_rank()
 
     def mesh(self):
-        if self.device_mesh is not None:  # (dp_replicate x) dp_shard x cp: HSDP or FSDP; None: tensor parallelism alone
-            config = self.parallelism
-            names = config.fsdp_dim_names if config.cp_enabled else config.dp_dim_names  # cp 1: dp_shard_cp is dp_shard
-            return config.submesh(*names) if names else None
-        env, kind = self.state.env, self.plugin.sharding_strategy
-        device = self.state.device.type
-        if kind == "NO_SHARD":
-            return init_device_mesh(device, (env.world_size, 1), mesh_dim_names=("replicate", "shard"))
-        if kind in ("HYBRID_SHARD", "HYBRID_SHARD_ZERO2"):
-            local = env.local_world_size
-            if env.world_size % local:
-                raise HpcError(f"{kind} needs the same number of ranks on every node ({env.world_size} ranks, "
-                               f"{local} on this node)", fix="use FULL_SHARD, or even nodes")
-            return init_device_mesh(device, (env.world_size // local, local), mesh_dim_names=("replicate", "shard"))
-        return init_device_mesh(device, (env.world_size,), mesh_dim_names=("shard",))
+        """What fully_shard shards over: (dp_replicate x) dp_shard x cp, HSDP or FSDP, None under tensor parallelism
+        alone; without a ParallelismConfig the one the plugin's sharding_strategy asks for."""
+        if self.device_mesh is not None:
+            return self.parallelism.sharding_mesh()
+        env = self.state.env
+        return plugin_mesh(self.plugin.sharding_strategy, env.world_size, env.local_world_size, self.state.device.type)
 
     def _policy(self) -> dict:
         plugin = self.plugin
@@ -97,42 +93,63 @@ class FSDPStrategy(Strategy):
             return own >= plugin.min_num_params
         return False
 
-    def wrap_model(self, model):
-        if isinstance(model, FSDPModule):
-            return model
+    def wrap_model(self, model, settings: ModelSettings):
+        if isinstance(model, FSDPModule):  # sharded already: the precision and compile prepare() gives, no more
+            return parallelize(model, None, settings, unwrap=self.unwrap)
         plugin = self.plugin
-        names = {id(p): n for n, p in model.named_parameters()}
         layer_names = set(plugin.transformer_cls_names_to_wrap or getattr(model, "_no_split_modules", None) or [])
-        if plugin.auto_wrap_policy == "TRANSFORMER_AUTO_WRAP":
-            present = {type(m).__name__ for m in model.modules()}
-            missing = sorted(layer_names - present)
-            if missing:
-                raise HpcError(f"TRANSFORMER_AUTO_WRAP: layer class {', '.join(missing)} is not in the model",
-                               fix="name the block class in transformer_cls_names_to_wrap "
-                               f"(the model has {', '.join(sorted(present)[:8])})")
-            if not layer_names and self.state.env.rank == 0:  # Accelerate's policy then matches the root alone
-                print(f"hpc: note: TRANSFORMER_BASED_WRAP: {type(model).__name__} names no layer class (no "
-                      "transformer_cls_names_to_wrap, no _no_split_modules): the whole model is sharded as one unit",
-                      file=sys.stderr, flush=True)
-        if plugin.sync_module_states:
+        names: dict[int, str] = {}  # id(parameter) -> its name, as the optimizers hold them before fully_shard
+
+        def place(m):  # after fp8's conversion, as before parallelize: the names and classes are its
+            names.update({id(p): n for n, p in m.named_parameters()})
+            self._check_layers(m, layer_names)
+            return self._place(m)
+
+        # tensor parallelism alone: nothing to shard, and (as before parallelize) no activation checkpointing
+        tensor_parallel_only = self.device_mesh is not None and self.mesh() is None
+        settings = dataclasses.replace(
+            settings, context_parallel=self.context_parallel, tp_plan=self.tp_plan,
+            activation_checkpointing=plugin.activation_checkpointing and not tensor_parallel_only,
+            checkpoint_layers=frozenset(layer_names))
+        model = parallelize(model, self.parallelism if self.device_mesh is not None else None, settings, place=place,
+                            shard=None if tensor_parallel_only else lambda m: self._shard(m, layer_names),
+                            unwrap=self.unwrap)
+        # activation checkpointing's wrappers add a prefix to the names of what they wrap
+        now = {(n if tensor_parallel_only else n.replace(_CHECKPOINT_PREFIX, "")): p
+               for n, p in model.named_parameters()}
+        for old_id, name in names.items():
+            self._new_params[old_id] = now[name]
+        for opt in self._optimizers:
+            self._switch(opt)
+        return model
+
+    def _check_layers(self, model, layer_names: set[str]) -> None:
+        if self.plugin.auto_wrap_policy != "TRANSFORMER_AUTO_WRAP":
+            return
+        present = {type(m).__name__ for m in model.modules()}
+        missing = sorted(layer_names - present)
+        if missing:
+            raise HpcError(f"TRANSFORMER_AUTO_WRAP: layer class {', '.join(missing)} is not in the model",
+                           fix="name the block class in transformer_cls_names_to_wrap "
+                           f"(the model has {', '.join(sorted(present)[:8])})")
+        if not layer_names and self.state.env.rank == 0:  # Accelerate's policy then matches the root alone
+            print(f"hpc: note: TRANSFORMER_BASED_WRAP: {type(model).__name__} names no layer class (no "
+                  "transformer_cls_names_to_wrap, no _no_split_modules): the whole model is sharded as one unit",
+                  file=sys.stderr, flush=True)
+
+    def _place(self, model):
+        """sync_module_states: rank 0's weights on every rank (meta weights materialized first); the device."""
+        if self.plugin.sync_module_states:
             self._materialize(model)
-        if not plugin.cpu_offload:
+        if not self.plugin.cpu_offload:
             model = model.to(self.state.device)
-        if plugin.sync_module_states:
+        if self.plugin.sync_module_states:
             self._broadcast_from_rank0(model)
-        if self.context_parallel is not None:
-            self.context_parallel.prepare_model(model)
-        if self.device_mesh is not None and self.parallelism.tp_enabled and not _already_parallel(model):
-            from hpc.runtime.parallel import tensor_parallel
+        return model
 
-            model = tensor_parallel.apply(model, self.parallelism.submesh("tp"), self.tp_plan)
-        if self.device_mesh is not None and self.mesh() is None:  # tensor parallelism alone: nothing to shard
-            return self._tensor_parallel_only(model, names)
-        if plugin.activation_checkpointing:
-            from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
-
-            wanted = layer_names or {type(m).__name__ for m in model.children()}
-            apply_activation_checkpointing(model, check_fn=lambda m: type(m).__name__ in wanted)
+    def _shard(self, model, layer_names: set[str]):
+        """fully_shard with the plugin's policy, innermost first: a block is sharded before the module holding it."""
+        plugin = self.plugin
         policy = self._policy()
         if plugin.ignored_modules:
             ignored = plugin.ignored_modules
@@ -140,24 +157,10 @@ class FSDPStrategy(Strategy):
                 ignored = [m for name, m in model.named_modules() if re.fullmatch(ignored, name)]
             ignored = [ignored] if isinstance(ignored, torch.nn.Module) else list(ignored)
             policy["ignored_params"] = {p for m in ignored for p in m.parameters()}
-        # innermost first: a block is sharded before the module holding it
         for module in reversed(list(model.modules())):
             if module is not model and self._wrap_here(module, layer_names):
                 fully_shard(module, **policy)
         fully_shard(model, **policy)
-        now = {n.replace(_CHECKPOINT_PREFIX, ""): p for n, p in model.named_parameters()}
-        for old_id, name in names.items():
-            self._new_params[old_id] = now[name]
-        for opt in self._optimizers:
-            self._switch(opt)
-        return model
-
-    def _tensor_parallel_only(self, model, names: dict):
-        now = dict(model.named_parameters())
-        for old_id, name in names.items():
-            self._new_params[old_id] = now[name]
-        for opt in self._optimizers:
-            self._switch(opt)
         return model
 
     def _materialize(self, model: torch.nn.Module) -> None:
@@ -198,8 +201,8 @@ class FSDPStrategy(Strategy):
                     dist.broadcast(on_device, src=0)
                     tensor.data.copy_(on_device)
 
-    def prepare(self, models, optimizers, hints):
-        wrapped = [self.wrap_model(m) for m in models]
+    def prepare(self, models, optimizers, hints, settings: ModelSettings):
+        wrapped = [self.wrap_model(m, settings) for m in models]
         for opt in optimizers:
             self._switch(opt)
             self._optimizers.append(opt)
@@ -243,14 +246,6 @@ class FSDPStrategy(Strategy):
     def full_state_dict(self, model):
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_model_state_dict(model, options=options)
-
-
-def _already_parallel(model) -> bool:
-    """transformers' from_pretrained(tp_plan="auto", device_mesh=accelerator.torch_device_mesh["tp"]) hands over a
-    model whose weights are DTensors already: its plan is applied, not applied twice."""
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(p, DTensor) for p in model.parameters())
 
 
 def _clip_over_meshes(parameters: list, max_norm: float, norm_type: float) -> torch.Tensor:

@@ -2,7 +2,9 @@
 training state, and returned wrapped, in the order given.
 
 Models and optimizers of one call go to the strategy together: FSDP re-points optimizers at the shards, DeepSpeed
-builds one engine from both. Schedulers come last, to see the wrapped optimizers.
+builds one engine from both. The strategy passes each model through parallel/parallelize.py, which applies the
+precision and compile given here around the strategy's own steps, in its one order. Schedulers come last, to see
+the wrapped optimizers.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from hpc.errors import HpcError
 from hpc.runtime.configuration import DataLoaderConfiguration
 from hpc.runtime.data.prepare import PreparedDataLoader
 from hpc.runtime.parallel.compile import Compile
+from hpc.runtime.parallel.parallelize import ModelSettings
 from hpc.runtime.precision import Precision
 from hpc.runtime.process.gradient_state import GradientState
 from hpc.runtime.process.process_state import ProcessState
@@ -49,12 +52,13 @@ class Preparation:
             out[i] = self._loader(objects[i], config, seed)
         hints = {"micro_batch_size": next((objects[i].batch_size for i in loaders), None),
                  "scheduler": next((o for o in objects if isinstance(o, DummyScheduler)), None)}
-        for i in models:
-            self.precision.prepare_model(objects[i], sharded=self.strategy.shards_parameters)
+        sharded = self.strategy.shards_parameters  # fp8's weights all-gathered in fp8 where FSDP2 gathers them
+        settings = ModelSettings(precision=lambda model: self.precision.prepare_model(model, sharded=sharded),
+                                 compile=self.compile)
         new_models, new_optimizers = self.strategy.prepare([objects[i] for i in models],
-                                                           [objects[i] for i in optimizers], hints)
+                                                           [objects[i] for i in optimizers], hints, settings)
         for i, model in zip(models, new_models):
-            out[i] = self.compile(model, self.strategy.unwrap(model))
+            out[i] = model
             self.training.models.append(out[i])
         for i, opt in zip(optimizers, new_optimizers):
             out[i] = AcceleratedOptimizer(opt, self.strategy, self.precision, self.gradient_state, self.training,
