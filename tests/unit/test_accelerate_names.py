@@ -279,3 +279,27 @@ def test_every_name_the_porting_table_lists_as_there_imports_from_hpc():
         imported = importlib.import_module(module)
         missing = [n for n in names if not hasattr(imported, n)]
         assert not missing, f"{module} lacks {missing}"
+
+
+PREPARED_TYPES = textwrap.dedent("""
+    import torch
+    from hpc import Accelerator
+    from hpc.memory_utils import find_executable_batch_size, release_memory
+    from hpc.optimizer import AcceleratedOptimizer
+    from hpc.scheduler import AcceleratedScheduler
+    from hpc.utils import find_executable_batch_size as f2, release_memory as r2
+    acc = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt, sched = acc.prepare(model, opt, torch.optim.lr_scheduler.StepLR(opt, step_size=1))
+    assert isinstance(opt, AcceleratedOptimizer) and isinstance(sched, AcceleratedScheduler)
+    assert f2 is find_executable_batch_size and r2 is release_memory
+    print("TYPES")
+""")
+
+
+def test_accelerates_optimizer_scheduler_and_memory_utils_paths_name_what_prepare_returns():
+    """`from accelerate.optimizer import AcceleratedOptimizer` (isinstance checks in trainers), `accelerate.scheduler`
+    and the older `accelerate.memory_utils`, with `accelerate` spelled `hpc`."""
+    proc = subprocess.run([sys.executable, "-c", PREPARED_TYPES], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "TYPES", proc.stderr
