@@ -167,7 +167,6 @@ def build(events: list[dict], allocations: list[Allocation] | None = None, *, no
     job's state where no allocation says it (the local profile), the newest attempt's."""
     by = _by_attempt(events)
     vetted = vetted or {}
-    state_of_newest = state or ""
     spans: list[tuple[int, float, float, bool, Allocation | None]] = []
     if allocations:
         numbers = sorted(by)
@@ -209,12 +208,12 @@ def build(events: list[dict], allocations: list[Allocation] | None = None, *, no
         nodes = alloc.nodes if alloc is not None else _int(started.get("nodes") if started else None) or 1
         hosts = list(alloc.hosts) if alloc else []
         newest = number == spans[-1][0]
-        state = alloc.state if alloc else ("RUNNING" if running else (state_of_newest if newest else ""))
+        said = alloc.state if alloc else ("RUNNING" if running else ((state or "") if newest else ""))
         runs = _by_run(evs)
         cuts = _run_cuts(runs, start, max(end, start))
         for i, (run, run_events) in enumerate(runs or [(0, [])]):
             last_run = i == len(runs) - 1 or not runs
-            a = Attempt(number, cuts[i], cuts[i + 1], nodes, nodes, hosts, state if last_run else "",
+            a = Attempt(number, cuts[i], cuts[i + 1], nodes, nodes, hosts, said if last_run else "",
                         running and last_run, run=run, restarted=not last_run)
             if alloc is not None and alloc.submit is not None and i == 0:
                 a.submitted_at = alloc.submit
@@ -354,8 +353,8 @@ def _saves(a: Attempt, evs: list[dict]) -> list[dict]:
     for e in evs:
         if e["event"] != "save":
             continue
-        key = (_step(e), e.get("folder"))
-        if key in seen and e.get("folder") is not None:
+        key = (_step(e), e.get("folder"))  # lines of earlier hpc versions name no folder: each is a save
+        if key[1] is not None and key in seen:
             continue
         seen.add(key)
         out.append({"t": _clamp(a, e["t"]), "step": _step(e), "stall_s": float(e.get("stall_s") or 0.0),
