@@ -29,14 +29,22 @@ def _launch(folder: Path, spec: dict) -> dict:
     return torch.load(spec["out"])
 
 
+def _train(tmp_path_factory, name: str) -> tuple[dict, Path]:
+    folder, mesh = tmp_path_factory.mktemp(name.replace(" ", "")), MESHES[name]
+    spec = {"out": str(folder / "out.pt"), "save": str(folder / "saved")} | ({"mesh": mesh} if mesh else {})
+    return _launch(folder, spec), folder
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    out = {}
-    for name, mesh in MESHES.items():
-        folder = tmp_path_factory.mktemp(name.replace(" ", ""))
-        spec = {"out": str(folder / "out.pt"), "save": str(folder / "saved")} | ({"mesh": mesh} if mesh else {})
-        out[name] = (_launch(folder, spec), folder)
-    return out
+def ddp(tmp_path_factory):
+    """Plain DDP alone: the SLURM test needs only its losses, and it runs on the SLURM worker (tests/conftest.py),
+    which would otherwise train every mesh again (~3 minutes on the suite's longest path)."""
+    return _train(tmp_path_factory, "ddp")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, ddp):
+    return {"ddp": ddp} | {name: _train(tmp_path_factory, name) for name in MESHES if name != "ddp"}
 
 
 @pytest.mark.parametrize("name", list(SHARDS))
@@ -52,7 +60,7 @@ def test_each_mesh_trains_as_ddp_on_the_same_global_batch(runs, name):
 
 
 @pytest.mark.slurm
-def test_accelerates_parallelism_flags_train_a_cp_mesh_as_a_slurm_job(slurm, runs, tmp_path):
+def test_accelerates_parallelism_flags_train_a_cp_mesh_as_a_slurm_job(slurm, ddp, tmp_path):
     """The user's way in: `hpc submit --parallelism_config_cp_size 2 --parallelism_config_dp_shard_size 2` on 2
     nodes x 2 ranks; the script's Accelerator() builds its ParallelismConfig from the variables the job exports."""
     from tests.jobhelpers import hpc
@@ -63,8 +71,7 @@ def test_accelerates_parallelism_flags_train_a_cp_mesh_as_a_slurm_job(slurm, run
                "2", "--parallelism_config_dp_shard_size", "2", "--wait", str(WORKER), json.dumps(spec), timeout=300)
     assert proc.returncode == 0, proc.stderr + hpc(tmp_path, "logs", "--all").stdout[-3000:]
     found = torch.load(tmp_path / "out.pt")
-    torch.testing.assert_close(torch.tensor(found["losses"]), torch.tensor(runs["ddp"][0]["losses"]), rtol=1e-4,
-                               atol=0)
+    torch.testing.assert_close(torch.tensor(found["losses"]), torch.tensor(ddp[0]["losses"]), rtol=1e-4, atol=0)
     assert max(found["held"]) < found["total"] / 4 * 1.05, found["held"]
 
 
