@@ -95,6 +95,7 @@ class Attempt:
     step_ends: list[float] = field(default_factory=list)  # when known optimizer steps ended (progress, exit lines)
     exit_step_at: float | None = None  # the last optimizer step as an exiting process noted it (to the ms)
     fast: dict | None = None  # the fast tier's saves: {"saves", "stall_s", "step", "replicas"} (None: no tier)
+    fast_commits: list[tuple[float, int]] = field(default_factory=list)  # (progress line's t, fast tier's step)
 
     @property
     def seconds(self) -> float:
@@ -142,6 +143,22 @@ def _paint(segments: list[tuple[str, float, float]], name: str, t0: float, t1: f
         if b > t1:
             out.append((seg, t1, b))
     return out
+
+
+def _paint_back(segments: list[tuple[str, float, float]], name: str, t: float, seconds: float,
+                only: str) -> list[tuple[str, float, float]]:
+    """``segments`` with the last ``seconds`` of ``only`` before ``t`` given to ``name``: a stall known by its sum
+    alone takes that much of the loop's time, wherever other phases lie in between."""
+    for seg, a, b in sorted(segments, key=lambda s: s[1], reverse=True):
+        if seconds <= 0:
+            break
+        if seg != only or a >= t:
+            continue
+        end = min(b, t)
+        start = max(a, end - seconds)
+        segments = _paint(segments, name, start, end, only=(only,))
+        seconds -= end - start
+    return segments
 
 
 def _by_attempt(events: list[dict]) -> dict[int, list[dict]]:
@@ -355,7 +372,7 @@ def _fill(a: Attempt, evs: list[dict], vetted_at: float | None, restart: bool = 
     for h in a.hangs:
         segs = _paint(segs, "hang", h["t"] - h["idle_s"], h["t"], only=("training",))
     for t, stall in _fast_stalls(a, evs):  # the fast tier's stall since the last progress line, drawn before it
-        segs = _paint(segs, "checkpoint", t - stall, t, only=("training",))
+        segs = _paint_back(segs, "checkpoint", t, stall, "training")
     a.segments = [(n, t0, t1) for n, t0, t1 in segs if t1 > t0]
 
 
@@ -384,6 +401,8 @@ def _fill_tiers(a: Attempt, evs: list[dict], started: dict | None, resumed: dict
     a.exit_step_at = max(exits) if exits else None
     a.step_ends = sorted([_clamp(a, e["t"]) for e in evs if e["event"] == "progress"] + exits)
     fast = [e["fast"] for e in evs if e["event"] == "progress" and isinstance(e.get("fast"), dict)]
+    a.fast_commits = [(_clamp(a, e["t"]), _step(e["fast"])) for e in evs if e["event"] == "progress"
+                      and isinstance(e.get("fast"), dict) and _step(e["fast"]) is not None]
     if fast:
         last = fast[-1]
         a.fast = {"saves": sum(int(_float(f.get("n")) or 0) for f in fast),
@@ -426,16 +445,28 @@ def _str(value) -> str | None:
     return str(value) if value is not None else None
 
 
+def commit_at(a: Attempt, step: int) -> float | None:
+    """When the checkpoint of ``step`` the next run resumed from was committed in run ``a``: its save line; a step
+    no line names, the run's last one (the fast tier saves every step: it was committed as it ended); else the
+    newest commit before it (a save line, the fast tier's step at a progress line). A step before this run's
+    work: its first work (all of it was redone)."""
+    if a.training_at is None or step <= a.step_from:
+        return a.training_at
+    exact = [s["t"] for s in a.saves if s["step"] == step]
+    if exact:
+        return max(exact)
+    if step >= a.step_to and a.step_ends:
+        return a.step_ends[-1]
+    known = [s["t"] for s in a.saves if s["step"] is not None and s["step"] <= step]
+    known += [t for t, fast_step in a.fast_commits if fast_step <= step]
+    return max(known) if known else a.training_at
+
+
 def _mark_redone(a: Attempt, resumed_from: int) -> None:
     """The training after the commit of the checkpoint the next attempt resumed from was done in vain."""
-    if a.training_at is None:
-        return
-    if resumed_from <= a.step_from:
-        cut = a.training_at
-    else:
-        commits = [s["t"] for s in a.saves if s["step"] is not None and s["step"] <= resumed_from]
-        cut = max(commits) if commits else a.training_at
-    a.segments = _paint(a.segments, "redone", cut, a.end, only=("training",))
+    cut = commit_at(a, resumed_from)
+    if cut is not None:
+        a.segments = _paint(a.segments, "redone", cut, a.end, only=("training",))
 
 
 def _reason(a: Attempt, last: bool) -> str:

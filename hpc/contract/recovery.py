@@ -21,7 +21,7 @@ either side has its parts None. Torch-free.
 
 from __future__ import annotations
 
-from hpc.contract.goodput import Attempt
+from hpc.contract.goodput import Attempt, commit_at
 
 PARTS = ("redone_s", "detection_s", "restart_s", "startup_s")
 
@@ -46,7 +46,7 @@ def between(prev: Attempt, nxt: Attempt) -> dict:
         return out  # no timeline on one side (or the new run never trained): nothing to cut
     detected, by = _detected(prev)
     last, source = _last_step(prev, detected)
-    commit = _commit(prev, nxt)
+    commit = commit_at(prev, nxt.resumed_from if nxt.resumed_from is not None else prev.step_from)
     moments = [commit, last, detected, nxt.started_at, nxt.training_at]
     for i in range(1, len(moments)):  # each at or after the one before: the parts are never negative
         moments[i] = max(moments[i], moments[i - 1])
@@ -82,16 +82,6 @@ def _last_step(a: Attempt, detected: float) -> tuple[float, str | None]:
     if not known:
         return a.training_at or a.start, None
     return max(known), "exit line" if max(known) == a.exit_step_at else "progress line"
-
-
-def _commit(prev: Attempt, nxt: Attempt) -> float:
-    """When the checkpoint the next run resumed from was committed in the failed run (its save line); resumed
-    from before this run's work (or not at all): its first work, all of it redone."""
-    step = nxt.resumed_from
-    if step is None or step <= prev.step_from:
-        return prev.training_at
-    saves = [s["t"] for s in prev.saves if s["step"] is not None and s["step"] <= step]
-    return max(saves) if saves else prev.training_at
 
 
 def summary(recs: list[dict]) -> dict:
