@@ -6,7 +6,8 @@ Phases, in the order an attempt meets them (the JSON keys of `hpc report --json`
     vetting      the batch script's start to the last node's vetting report (all allocated nodes busy)
     startup      then to the loop's first work: Python, torch, the process group, the model, the resume's load
     training     productive steps: what no later attempt had to train again
-    checkpoint   saves that held the loop (an async save: only the part before it returned)
+    checkpoint   saves that held the loop (an async save: only the part before it returned); the fast tier's
+                 stall, known as a sum per progress line, takes that much of the training just before the line
     redone       steps trained after the checkpoint the next attempt resumed from: lost with the attempt
     hang         the silence before the watchdog declared a hang
     restart      an elastic restart inside the allocation: from the lost run's last sign of life to the new

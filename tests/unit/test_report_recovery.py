@@ -39,8 +39,9 @@ def _adds_up(r: dict) -> None:
     assert all(r[p] >= 0 for p in recovery.PARTS), r
 
 
-def test_a_recorded_elastic_node_loss_has_each_part_where_the_outside_clocks_put_it():
-    attempts, seen = _recorded("elastic_kill_tasks")
+@pytest.mark.parametrize("name", ["elastic_kill_tasks", "elastic_kill_node"])
+def test_a_recorded_elastic_node_loss_has_each_part_where_the_outside_clocks_put_it(name):
+    attempts, seen = _recorded(name)
     (r,) = recovery.recoveries(attempts)
     _adds_up(r)
     assert (r["kind"], r["after_run"], r["run"]) == ("elastic restart", 0, 1)
@@ -60,7 +61,7 @@ def test_a_recorded_elastic_node_loss_has_each_part_where_the_outside_clocks_put
     assert r["last_step_at"] < seen["killed"] < r["detected_at"] <= seen["agent_failed"]
     # training again: the new run's first work, just before the worker's first step at world 1 ended
     assert r["training_at"] <= after["trained_at"] <= r["training_at"] + 0.1
-    assert r["restart_s"] > r["startup_s"] > r["load_s"] == 0.008  # torchrun's relaunch is the largest part
+    assert r["restart_s"] > r["startup_s"] > r["load_s"] > 0  # torchrun's relaunch is the largest part
     assert r["tier"] is None and r["lost"] == []  # this runtime's lines name neither: nothing is made up
     # the recovery's restart covers the goodput's restart phase and the new processes' start before `started`
     second = attempts[1]
