@@ -204,3 +204,13 @@ def test_a_timeline_of_an_earlier_hpc_says_no_tier_and_its_figures_are_todays():
     assert a.phase_seconds()["checkpoint"] == 1.0 and a.phase_seconds()["training"] == 24.0
     out = report.text(_report(report.task_dict("0", "COMPLETED", [a])))
     assert "fast tier" not in out and "recoveries" not in out and "(1.00 s)" in out
+
+
+def test_attempts_without_a_timeline_have_a_recovery_without_parts():
+    attempts = goodput.build([], report.allocations(parse_fields(SACCT, ATTEMPT_FIELDS), None))
+    (r,) = recovery.recoveries(attempts)
+    assert r["kind"] == "requeue" and r["total_s"] is None and all(r[p] is None for p in recovery.PARTS)
+    task = report.task_dict("0", "COMPLETED", attempts)
+    assert task["totals"]["recoveries"] == 1 and task["totals"]["recovery_s"] == 0
+    assert re.search(r"  0 -> 1\s+requeue\s+-\s+0 step\(s\) -\s+-\s+-", report.text(_report(task)))
+    assert "<td>requeue</td>" in report_html.page(_report(task))
