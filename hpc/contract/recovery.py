@@ -8,8 +8,9 @@ a crash).
     detection  that last step to when the fault was noticed: the survivors' exit by an exception (their
                ``ended`` line), else the stop signal, else any exit, else the run's last sign of life (an elastic
                run's last line; a requeued attempt's end as the scheduler saw it)
-    restart    then to the new processes' ``started`` line: the exit, a requeue's wait in the queue and the batch
-               script's start, torchrun's relaunch, the processes' imports and their rendezvous
+    restart    then to the new processes' ``started`` line: torchrun's relaunch; or a requeue's rest of the failed
+               allocation (the exit, the job script's last lines, up to ``released_at``), its ``queued_s`` and the
+               new allocation's start; then the processes' imports and their rendezvous
     startup    then to the new run's first work: the model, the resume's load (``load_s``, from ``tier``)
 
 The four add up to ``total_s`` exactly: each moment is held at or after the one before it (clocks of several
@@ -37,6 +38,7 @@ def between(prev: Attempt, nxt: Attempt) -> dict:
            "kind": "elastic restart" if elastic else "requeue", "cause": prev.reason,
            "lost": _lost(prev, nxt), "spare": (nxt.replaced or {}).get("spare"),
            "queued_s": 0.0 if elastic else nxt.queued_s,
+           "released_at": None if elastic else prev.end,  # a requeue: the failed attempt's allocation ended
            "redone_steps": prev.redone_steps, "resumed_from": nxt.resumed_from,
            "load_s": nxt.load_s, "tier": nxt.resumed_tier, "folder": nxt.resumed_folder,
            "commit_at": None, "last_step_at": None, "last_step_from": None, "detected_at": None, "detected_by": None,

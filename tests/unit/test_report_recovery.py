@@ -39,34 +39,39 @@ def _adds_up(r: dict) -> None:
     assert all(r[p] >= 0 for p in recovery.PARTS), r
 
 
-@pytest.mark.parametrize("name", ["elastic_kill_tasks", "elastic_kill_node"])
-def test_a_recorded_elastic_node_loss_has_each_part_where_the_outside_clocks_put_it(name):
+@pytest.mark.parametrize("name, kind, new", [("elastic_kill_tasks", "elastic restart", "a0-r1"),
+                                             ("elastic_kill_node", "elastic restart", "a0-r1"),
+                                             ("requeue_lost_node", "requeue", "a1-r1")])
+def test_a_recorded_node_loss_has_each_part_where_the_outside_clocks_put_it(name, kind, new):
     attempts, seen = _recorded(name)
     (r,) = recovery.recoveries(attempts)
     _adds_up(r)
-    assert (r["kind"], r["after_run"], r["run"]) == ("elastic restart", 0, 1)
+    assert r["kind"] == kind
     before = [(s, t) for a, s, t in seen["steps"] if a == "a0-r0"]
-    after = seen["worlds"]["world-a0-r1"]
+    after = seen["worlds"][f"world-{new}"]
     # redone: the lost run's last step (the worker's own count) minus the step the new run resumed from
     assert r["resumed_from"] == after["step"] - 1
     assert r["redone_steps"] == before[-1][0] - r["resumed_from"] == 1
-    # the last step as the survivor's exit line noted it: the worker's clock at that step, to the ms
+    # the last step as the survivors' exit lines noted it: the worker's clock at that step, to the ms
     assert r["last_step_from"] == "exit line" and r["last_step_at"] == pytest.approx(before[-1][1], abs=0.005)
     # the checkpoint resumed from was committed after its step and before the next one
     step_t = dict(before)
     assert step_t[r["resumed_from"]] <= r["commit_at"] <= step_t[r["resumed_from"] + 1]
     assert r["redone_s"] == pytest.approx(r["last_step_at"] - r["commit_at"])
-    # noticed after the kill, by the survivor's exception, before torchrun's agent logged the failure
+    # noticed after the kill, by a survivor's exception, before torchrun's agent logged the failure
     assert r["detected_by"] == "exception (RuntimeError)"
-    assert r["last_step_at"] < seen["killed"] < r["detected_at"] <= seen["agent_failed"]
-    # training again: the new run's first work, just before the worker's first step at world 1 ended
+    assert r["last_step_at"] < seen["killed"] < r["detected_at"] <= (seen["agent_failed"] or r["detected_at"])
+    # training again: the new run's first work, just before the worker's first step at the smaller world ended
     assert r["training_at"] <= after["trained_at"] <= r["training_at"] + 0.1
-    assert r["restart_s"] > r["startup_s"] > r["load_s"] > 0  # torchrun's relaunch is the largest part
+    assert r["restart_s"] > r["startup_s"] > r["load_s"] > 0  # the relaunch or the requeue is the largest part
     assert r["tier"] is None and r["lost"] == []  # this runtime's lines name neither: nothing is made up
-    # the recovery's restart covers the goodput's restart phase and the new processes' start before `started`
-    second = attempts[1]
-    assert r["restart_s"] == pytest.approx(second.phase_seconds()["restart"] + second.started_at
-                                           - second.proc_start_at, abs=1e-6)
+    new_run = attempts[1]
+    if kind == "elastic restart":  # the goodput's restart phase, then the new processes' start before `started`
+        assert r["restart_s"] == pytest.approx(new_run.phase_seconds()["restart"] + new_run.started_at
+                                               - new_run.proc_start_at, abs=1e-6)
+    else:  # the old allocation's end (sacct's), the queue, the new one's start to `started`
+        assert r["released_at"] == attempts[0].end and r["queued_s"] == new_run.start - attempts[0].end > 0
+        assert r["detected_at"] < r["released_at"] < new_run.start < r["started_at"]
 
 
 def test_the_text_and_the_page_show_the_recovery_row_and_the_totals():
