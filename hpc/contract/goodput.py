@@ -7,7 +7,8 @@ Phases, in the order an attempt meets them (the JSON keys of `hpc report --json`
     startup      then to the loop's first work: Python, torch, the process group, the model, the resume's load
     training     productive steps: what no later attempt had to train again
     checkpoint   saves that held the loop (an async save: only the part before it returned); the fast tier's
-                 stall, known as a sum per progress line, takes that much of the training just before the line
+                 stall, known as a sum per progress line, is moved here from the training its line falls in (in
+                 the figures; the drawn segments keep it as training)
     redone       steps trained after the checkpoint the next attempt resumed from: lost with the attempt
     hang         the silence before the watchdog declared a hang
     restart      an elastic restart inside the allocation: from the lost run's last sign of life to the new
@@ -32,6 +33,7 @@ runtime's end-of-attempt metrics use the same arithmetic.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 PHASES = ("vetting", "startup", "training", "checkpoint", "redone", "hang", "restart", "stopping", "ending",
@@ -97,6 +99,7 @@ class Attempt:
     exit_step_at: float | None = None  # the last optimizer step as an exiting process noted it (to the ms)
     fast: dict | None = None  # the fast tier's saves: {"saves", "stall_s", "step", "replicas"} (None: no tier)
     fast_commits: list[tuple[float, int]] = field(default_factory=list)  # (progress line's t, fast tier's step)
+    fast_stalls: list[tuple[float, float]] = field(default_factory=list)  # (progress line's t, stall since the last)
 
     @property
     def seconds(self) -> float:
@@ -110,7 +113,23 @@ class Attempt:
         out = dict.fromkeys(PHASES, 0.0)
         for name, t0, t1 in self.segments:
             out[name] += t1 - t0
+        # the fast tier's stall is the loop's, checkpoint time: known as a sum per progress line (a day of them
+        # would be thousands of slivers to draw), it moves from the training its line falls in, not in segments
+        moved = min(out["training"], self._fast_stall_in("training", "checkpoint"))
+        out["training"] -= moved
+        out["checkpoint"] += moved
         return out
+
+    def _fast_stall_in(self, *phases: str) -> float:
+        if not self.fast_stalls or not self.segments:
+            return 0.0
+        ends = [t1 for _, _, t1 in self.segments]  # in time order, covering the span
+        total = 0.0
+        for t, stall in self.fast_stalls:
+            i = bisect.bisect_left(ends, t)
+            if i < len(ends) and self.segments[i][0] in phases:
+                total += stall
+        return total
 
     def phase_node_seconds(self) -> dict[str, float]:
         out = {name: s * (self.nodes if name == "vetting" else self.used_nodes)
@@ -144,22 +163,6 @@ def _paint(segments: list[tuple[str, float, float]], name: str, t0: float, t1: f
         if b > t1:
             out.append((seg, t1, b))
     return out
-
-
-def _paint_back(segments: list[tuple[str, float, float]], name: str, t: float, seconds: float,
-                only: str) -> list[tuple[str, float, float]]:
-    """``segments`` with the last ``seconds`` of ``only`` before ``t`` given to ``name``: a stall known by its sum
-    alone takes that much of the loop's time, wherever other phases lie in between."""
-    for seg, a, b in sorted(segments, key=lambda s: s[1], reverse=True):
-        if seconds <= 0:
-            break
-        if seg != only or a >= t:
-            continue
-        end = min(b, t)
-        start = max(a, end - seconds)
-        segments = _paint(segments, name, start, end, only=(only,))
-        seconds -= end - start
-    return segments
 
 
 def _by_attempt(events: list[dict]) -> dict[int, list[dict]]:
@@ -372,8 +375,7 @@ def _fill(a: Attempt, evs: list[dict], vetted_at: float | None, restart: bool = 
         segs = _paint(segs, "checkpoint", s["t"] - s["stall_s"], s["t"], only=("training", "startup", "ending"))
     for h in a.hangs:
         segs = _paint(segs, "hang", h["t"] - h["idle_s"], h["t"], only=("training",))
-    for t, stall in _fast_stalls(a, evs):  # the fast tier's stall since the last progress line, drawn before it
-        segs = _paint_back(segs, "checkpoint", t, stall, "training")
+    a.fast_stalls = _fast_stalls(a, evs)
     a.segments = [(n, t0, t1) for n, t0, t1 in segs if t1 > t0]
 
 
@@ -412,7 +414,7 @@ def _fill_tiers(a: Attempt, evs: list[dict], started: dict | None, resumed: dict
 
 
 def _fast_stalls(a: Attempt, evs: list[dict]) -> list[tuple[float, float]]:
-    """(progress line's time, the fast tier's loop stall summed since the line before): the total is exact, where
+    """(progress line's time, the fast tier's loop stall summed since the line before): the total is exact; where
     inside that interval each save held the loop is not recorded."""
     out = []
     for e in evs:
@@ -531,5 +533,5 @@ def checkpoint_totals(attempts: list[Attempt]) -> dict:
         "save_fallbacks": sum(1 for s in saves if s.get("fallback")),
         "fast_saves": sum(f["saves"] for f in fast),
         "fast_stall_s": sum(f["stall_s"] for f in fast),
-        "loop_s": sum(a.phase_seconds()[p] for a in attempts for p in LOOP_PHASES),
+        "loop_s": sum(sum(phases[p] for p in LOOP_PHASES) for phases in (a.phase_seconds() for a in attempts)),
     }
