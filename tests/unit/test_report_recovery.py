@@ -219,3 +219,15 @@ def test_attempts_without_a_timeline_have_a_recovery_without_parts():
     assert task["totals"]["recoveries"] == 1 and task["totals"]["recovery_s"] == 0
     assert re.search(r"  0 -> 1\s+requeue\s+-\s+0 step\(s\) -\s+-\s+-", report.text(_report(task)))
     assert "<td>requeue</td>" in report_html.page(_report(task))
+
+
+def test_the_fast_tiers_stall_is_counted_not_drawn_so_a_days_progress_lines_stay_a_few_segments():
+    lines = [_line(1000.0, 0, "started", nodes=1, world=1, step=0), _line(1001.0, 0, "training", step=0)]
+    lines += [_line(1001.0 + 10 * i, 0, "progress", step=i, fast={"step": i, "n": 5, "stall_s": 0.02})
+              for i in range(1, 1001)]
+    lines.append(_line(11020.0, 0, "ended", step=1000, last_step_t=11011.0, how="exit"))
+    (a,) = goodput.build(timeline.parse("".join(lines)), span=(1000.0, 11030.0))
+    assert len(a.segments) == 3  # startup, training, ending
+    assert a.phase_seconds()["checkpoint"] == pytest.approx(20.0)
+    assert a.phase_seconds()["training"] == pytest.approx(10010.0 - 20.0)
+    assert goodput.totals([a])["fast_saves"] == 5000
