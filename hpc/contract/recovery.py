@@ -5,9 +5,10 @@ a crash).
 
     redone     the commit of the checkpoint the next run resumed from to the failed run's last optimizer step:
                the work lost, trained again (``redone_steps`` steps)
-    detection  that last step to when the fault was noticed: the survivors' exit by an exception (their
-               ``ended`` line), else the stop signal, else any exit, else the run's last sign of life (an elastic
-               run's last line; a requeued attempt's end as the scheduler saw it)
+    detection  that last step to when the fault was noticed: the hang watchdog's declaration, else the
+               survivors' exit by an exception (their ``ended`` line), else the stop signal, else any exit, else
+               the run's last sign of life (an elastic run's last line; a requeued attempt's end as the scheduler
+               saw it)
     restart    then to the new processes' ``started`` line: torchrun's relaunch; or a requeue's rest of the failed
                allocation (the exit, the job script's last lines, up to ``released_at``), its ``queued_s`` and the
                new allocation's start; then the processes' imports and their rendezvous
@@ -68,6 +69,8 @@ def _lost(prev: Attempt, nxt: Attempt) -> list[str]:
 
 
 def _detected(a: Attempt) -> tuple[float, str]:
+    if a.hangs and a.hangs[0]["t"] is not None:  # the watchdog declared it: its timeout is the detection
+        return a.hangs[0]["t"], "hang watchdog"
     if a.failed_at is not None:
         return a.failed_at, f"exception ({a.error})"
     if a.signal_at is not None:

@@ -140,6 +140,19 @@ def test_a_graceful_stop_loses_nothing_before_its_stop():
     assert (r["restart_s"], r["startup_s"]) == (34.0, 4.0)
 
 
+def test_a_hang_is_noticed_when_the_watchdog_declares_it():
+    attempts = _two(
+        _line(1006.0, 0, "started", nodes=2, world=2, step=0), _line(1010.0, 0, "training", step=0),
+        _line(1040.0, 0, "save", step=20, stall_s=1.0, folder="c/20"), _line(1045.0, 0, "progress", step=25),
+        _line(1048.0, 0, "ended", step=26, last_step_t=1047.0, how="exception", error="ValueError", rank="1"),
+        _line(1077.0, 0, "hang", step=26, idle_s=30.0),  # rank 0 waits in the all-reduce rank 1 never joined
+        _line(1126.0, 1, "started", nodes=2, world=2, step=0), _line(1129.0, 1, "resumed", step=20, load_s=0.8),
+        _line(1130.0, 1, "training", step=20))
+    (r,) = recovery.recoveries(attempts)
+    _adds_up(r)
+    assert (r["detected_by"], r["last_step_at"], r["detection_s"]) == ("hang watchdog", 1047.0, 30.0)
+
+
 def _tiers_timeline() -> list[goodput.Attempt]:
     """The checkpoint tiers' lines: a fast save every step (counted in each progress line), a shared save
     drained from the fast tier, one that fell back to the shared tier; node2 lost and the spare node3 in its
