@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from hpc.contract import goodput, layout, timeline
+from hpc.contract import goodput, layout, recovery, timeline
 from hpc.slurm import hostlist
 
 VERSION = 1  # of the JSON's shape: keys are only ever added
@@ -103,10 +103,9 @@ def collect(record, backend=None, now: float | None = None) -> dict:
                                  submitted_at=since, span=None if slurm is not None else _process_span(record, files),
                                  state=state.state if state is not None and slurm is None else None)
         if not attempts and state is not None and not state.done:
-            tasks.append({"task": task, "state": state.state, "attempts": [], "totals": goodput.totals([])})
+            tasks.append(task_dict(task, state.state, []))
             continue
-        tasks.append({"task": task, "state": state.state if state else "UNKNOWN",
-                      "attempts": [attempt_dict(a) for a in attempts], "totals": goodput.totals(attempts)})
+        tasks.append(task_dict(task, state.state if state else "UNKNOWN", attempts))
     overall, code, _ = status.summarize(states)
     return {"version": VERSION, "job_id": record.job_id, "name": record.name, "profile": record.profile,
             "state": overall, "exit_code": code, "job_dir": record.job_dir, "submitted_at": since,
@@ -128,6 +127,13 @@ def attempt_name(a: dict) -> str:
     return f"{a['attempt']} restart {a['run']}" if a.get("run") else str(a["attempt"])
 
 
+def task_dict(task: str, state: str, attempts: list[goodput.Attempt]) -> dict:
+    """One task's part of the report: its attempts, the recoveries between them, its totals."""
+    recs = recovery.recoveries(attempts)
+    return {"task": task, "state": state, "attempts": [attempt_dict(a) for a in attempts], "recoveries": recs,
+            "totals": {**goodput.totals(attempts), **recovery.summary(recs)}}
+
+
 def attempt_dict(a: goodput.Attempt) -> dict:
     phases, node_s = a.phase_seconds(), a.phase_node_seconds()
     return {
@@ -138,7 +144,10 @@ def attempt_dict(a: goodput.Attempt) -> dict:
         "vetted_at": a.vetted_at, "training_at": a.training_at, "first_step_at": a.first_step_at,
         "signal_at": a.signal_at, "signal": a.signal, "stopped_at": a.stopped_at, "last_at": a.last_at,
         "proc_start_at": a.proc_start_at, "ended_at": a.ended_at, "ended_how": a.ended_how, "error": a.error,
-        "saves": a.saves, "hangs": a.hangs,
+        "saves": a.saves, "hangs": a.hangs, "fast": a.fast,
+        "started_at": a.started_at, "run_hosts": a.run_hosts, "replaced": a.replaced, "failed_at": a.failed_at,
+        "exit_step_at": a.exit_step_at, "load_s": a.load_s, "resumed_tier": a.resumed_tier,
+        "resumed_folder": a.resumed_folder,
         "resumed_from": a.resumed_from, "step_from": a.step_from, "step_to": a.step_to,
         "steps_trained": a.steps_trained, "redone_steps": a.redone_steps,
         "phases_s": phases, "node_s": node_s,
@@ -148,6 +157,11 @@ def attempt_dict(a: goodput.Attempt) -> dict:
     }
 
 
+SUMMED = ("attempts", "queued_s", "steps_trained", "redone_steps", "saves", "save_stall_s", "save_fallbacks",
+          "fast_saves", "fast_stall_s", "loop_s", "recoveries", "recovery_s",
+          *(f"recovery_{p}" for p in recovery.PARTS))
+
+
 def summed(parts: list[dict]) -> dict:
     """Tasks' totals summed: an array's or a sweep's whole cost."""
     node_s = dict.fromkeys((*goodput.PHASES, goodput.IDLE_SPARES), 0.0)
@@ -155,11 +169,9 @@ def summed(parts: list[dict]) -> dict:
         for k, v in p["node_s"].items():
             node_s[k] += v
     allocated = sum(p["allocated_node_s"] for p in parts)
-    return {"attempts": sum(p["attempts"] for p in parts), "allocated_node_s": allocated,
+    return {**{k: sum(p.get(k, 0) for p in parts) for k in SUMMED}, "allocated_node_s": allocated,
             "productive_node_s": node_s["training"],
-            "goodput": node_s["training"] / allocated if allocated > 0 else None, "node_s": node_s,
-            "queued_s": sum(p["queued_s"] for p in parts), "steps_trained": sum(p["steps_trained"] for p in parts),
-            "redone_steps": sum(p["redone_steps"] for p in parts)}
+            "goodput": node_s["training"] / allocated if allocated > 0 else None, "node_s": node_s}
 
 
 # --- text -------------------------------------------------------------------------------------------------
@@ -202,17 +214,22 @@ def text(report: dict) -> str:
                 lines.append(f"{indent}  " + ", ".join(m for m in marks if m))
             if a["saves"]:
                 stall = sum(x["stall_s"] for x in a["saves"])
-                each = ", ".join(f"step {x['step']} {_rel(x['t'], s)} ({x['stall_s']:.2f} s)" for x in a["saves"][:6])
+                each = ", ".join(f"step {x['step']} {_rel(x['t'], s)} ({x['stall_s']:.2f} s{_tier(x)})"
+                                 for x in a["saves"][:6])
                 more = f", ... {len(a['saves']) - 6} more" if len(a["saves"]) > 6 else ""
                 lines.append(f"{indent}  {len(a['saves'])} save(s), {stall:.2f} s stalled: {each}{more}")
+            if a.get("fast"):
+                lines.append(f"{indent}  {_fast(a['fast'])}")
             if a["phases_s"].get("unrecorded") and a["training_at"] is None:
                 lines.append(f"{indent}  no timeline: its rank 0 ran no hpc Accelerator (or never started), so "
                              "nothing is known of its steps")
                 continue
-            resumed = f" (resumed from {a['resumed_from']})" if a["resumed_from"] is not None else ""
+            resumed = f" (resumed from {a['resumed_from']}{_read(a)})" if a["resumed_from"] is not None else ""
             lines.append(f"{indent}  steps {a['step_from']} to {a['step_to']}{resumed}: {a['steps_trained']} trained, "
                          f"{a['redone_steps']} redone later; goodput "
                          f"{_pct(a['productive_node_s'], a['allocated_node_s'])}")
+        if t.get("recoveries"):
+            lines += [indent + line for line in recovery_table(t["recoveries"])]
     tot = report["totals"]
     alloc = tot["allocated_node_s"]
     lines.append(f"{'all tasks' if many else 'total'}: {tot['attempts']} attempt(s), {alloc:.0f} node-seconds "
@@ -224,4 +241,78 @@ def text(report: dict) -> str:
     if rest:
         lines.append("  the rest (node-seconds): " + ", ".join(rest))
     lines.append(f"  queued {tot['queued_s']:.0f} s in all (before and between attempts; not allocated)")
+    lines += checkpoint_lines(tot)
     return "\n".join(lines) + "\n"
+
+
+def _tier(save: dict) -> str:
+    """A save's tier as the text says it: ", shared from node", ", shared: fast tier full"; nothing for a line
+    of an earlier hpc (the shared tier was its only one)."""
+    if not save.get("tier"):
+        return ""
+    said = f", {save['tier']}" + (f" from {save['from']}" if save.get("from") else "")
+    return said + (f" (fallback: {save['fallback']})" if save.get("fallback") else "")
+
+
+def _read(a: dict) -> str:
+    load = f" in {a['load_s']:.2f} s" if a.get("load_s") is not None else ""
+    return f", read from the {a['resumed_tier']} tier{load}" if a.get("resumed_tier") else (
+        f", loaded{load}" if load else "")
+
+
+def _replicas(value) -> str:
+    if isinstance(value, list):
+        return f" on {len(value)} node(s) ({hostlist.compress([str(v) for v in value])})" if value else ""
+    return f" on {value} node(s)" if isinstance(value, int) else ""
+
+
+def _fast(fast: dict) -> str:
+    newest = f", newest at step {fast['step']}{_replicas(fast.get('replicas'))}" if fast.get("step") is not None \
+        else ""
+    return f"fast tier: {fast['saves']} save(s), {fast['stall_s']:.2f} s stalled{newest}"
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def recovery_table(recs: list[dict]) -> list[str]:
+    """A row per recovery: its parts, in seconds, adding up to its total (the commit of the checkpoint it went
+    on from to training again)."""
+    head = ["recovery", "kind", "noticed by", "redone", "detection", "restart", "startup", "load (tier)", "total"]
+    rows = [head]
+    for r in recs:
+        name = (f"{attempt_name({'attempt': r['after_attempt'], 'run': r['after_run']})} -> "
+                f"{attempt_name(r)}")
+        kind = r["kind"] + (f", {', '.join(r['lost'])} lost" if r["lost"] else "") + (
+            f", spare {r['spare']}" if r.get("spare") else "")
+        by = (r["detected_by"] or "-") + (" (last step: progress line)" if r["last_step_from"] == "progress line"
+                                           else "")
+        restart = _s(r["restart_s"]) + (f" (queued {r['queued_s']:.0f})" if r.get("queued_s") else "")
+        load = "-" if r["load_s"] is None else f"{r['load_s']:.2f}" + (f" ({r['tier']})" if r["tier"] else "")
+        rows.append([name, kind, by, f"{r['redone_steps']} step(s) {_s(r['redone_s'])}", _s(r["detection_s"]),
+                     restart, _s(r["startup_s"]), load, _s(r["total_s"])])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    out = ["recoveries (seconds, from the commit of the checkpoint resumed from to training again):"]
+    out += ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    return out
+
+
+def checkpoint_lines(tot: dict) -> list[str]:
+    """The checkpoints' cost beside the loop's time, each tier's; the recoveries' together."""
+    loop = tot.get("loop_s") or 0.0
+    out = []
+    if tot.get("saves") or tot.get("fast_saves"):
+        said = [f"{tot['saves']} save(s) to the shared tier, {tot['save_stall_s']:.2f} s stalled "
+                f"({_pct(tot['save_stall_s'], loop)} of the loop's {loop:.0f} s)"]
+        if tot.get("save_fallbacks"):
+            said.append(f"{tot['save_fallbacks']} of them because the fast tier was full")
+        if tot.get("fast_saves"):
+            said.append(f"fast tier {tot['fast_saves']} save(s), {tot['fast_stall_s']:.2f} s stalled "
+                        f"({_pct(tot['fast_stall_s'], loop)})")
+        out.append("  checkpoints: " + "; ".join(said))
+    if tot.get("recoveries"):
+        parts = ", ".join(f"{p[:-2]} {tot[f'recovery_{p}']:.1f}" for p in recovery.PARTS)
+        out.append(f"  recoveries: {tot['recoveries']}, {tot['recovery_s']:.1f} s from checkpoint to training "
+                   f"again ({parts})")
+    return out

@@ -91,8 +91,10 @@ def svg(report: dict) -> str:
                        f'{seg["t1"] - seg["t0"]:.1f} s</title></rect>')
         for s in a["saves"]:
             xs = x(s["t"])
-            out.append(f'<path class="mark-save" d="M{xs:.1f} {y} l-3 -0 l3 5 l3 -5 z" fill="#7a4f00">'
-                       f'<title>checkpoint at step {_esc(s["step"])} ({s["stall_s"]:.2f} s)</title></path>')
+            tier = "".join(f", {k} {_esc(s[k])}" for k in ("tier", "from", "fallback") if s.get(k))
+            fill = "#b00020" if s.get("fallback") else "#7a4f00"  # the fast tier was full: the eye should find it
+            out.append(f'<path class="mark-save" d="M{xs:.1f} {y} l-3 -0 l3 5 l3 -5 z" fill="{fill}">'
+                       f'<title>checkpoint at step {_esc(s["step"])} ({s["stall_s"]:.2f} s{tier})</title></path>')
         if a["signal_at"] is not None:
             xs = x(a["signal_at"])
             out.append(f'<line class="mark-signal" x1="{xs:.1f}" y1="{y}" x2="{xs:.1f}" y2="{y + ROW_H}" '
@@ -122,9 +124,51 @@ def svg(report: dict) -> str:
 def _attempt_row(t: dict, a: dict) -> str:
     queued = "" if a["queued_s"] is None else f"{a['queued_s']:.0f}"
     good = "" if a["goodput"] is None else f"{100 * a['goodput']:.1f}%"
+    fast = a.get("fast") or {}
     cells = [t["task"], attempt_name(a), ", ".join(a["hosts"]) or a["nodes"], queued, f"{a['seconds']:.0f}",
-             f"{a['step_from']} to {a['step_to']}", a["redone_steps"], len(a["saves"]), good, a["reason"]]
+             f"{a['step_from']} to {a['step_to']}", a["redone_steps"], len(a["saves"]), fast.get("saves", ""),
+             good, a["reason"]]
     return "<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>"
+
+
+def _s(value) -> str:
+    return "" if value is None else f"{value:.2f}"
+
+
+def _recovery_row(t: dict, r: dict) -> str:
+    name = f"{attempt_name({'attempt': r['after_attempt'], 'run': r['after_run']})} &rarr; {_esc(attempt_name(r))}"
+    cells = [_esc(t["task"]), name] + [_esc(c) for c in (
+        r["kind"], ", ".join(r["lost"]), r.get("spare") or "", r["detected_by"] or "", r["last_step_from"] or "",
+        r["redone_steps"], _s(r["redone_s"]), _s(r["detection_s"]), _s(r["restart_s"]),
+        "" if r["queued_s"] is None else f"{r['queued_s']:.0f}", _s(r["startup_s"]), _s(r["load_s"]), r["tier"] or "",
+        _s(r["total_s"]))]
+    return "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+
+
+def _recoveries(report: dict) -> str:
+    rows = "".join(_recovery_row(t, r) for t in report["tasks"] for r in t.get("recoveries", []))
+    if not rows:
+        return ""
+    return ('<h2 style="font-size:15px">Recoveries</h2><p>Seconds, from the commit of the checkpoint the next run '
+            'went on from to training again: redone + detection + restart + startup = total '
+            '(hpc/contract/recovery.py).</p><table id="recoveries"><tr><th>task</th><th>recovery</th><th>kind</th>'
+            '<th>lost</th><th>spare</th><th>noticed by</th><th>last step from</th><th>redone steps</th>'
+            '<th>redone</th><th>detection</th><th>restart</th><th>of it queued</th><th>startup</th><th>load</th>'
+            f'<th>tier</th><th>total</th></tr>{rows}</table>')
+
+
+def _checkpoints(tot: dict) -> str:
+    loop = tot.get("loop_s") or 0.0
+    if not (tot.get("saves") or tot.get("fast_saves")):
+        return ""
+    share = (lambda v: f"{100 * v / loop:.2f}%") if loop > 0 else (lambda v: "-")
+    rows = [("shared", tot["saves"], tot["save_stall_s"]), ("fast", tot.get("fast_saves", 0), tot.get("fast_stall_s",
+                                                                                                      0.0))]
+    body = "".join(f"<tr><td>{k}</td><td>{n}</td><td>{v:.2f}</td><td>{share(v)}</td></tr>" for k, n, v in rows)
+    fallbacks = f"; {tot['save_fallbacks']} shared save(s) because the fast tier was full" \
+        if tot.get("save_fallbacks") else ""
+    return ('<h2 style="font-size:15px">Checkpoint tiers</h2><table id="tiers"><tr><th>tier</th><th>saves</th>'
+            f'<th>loop stalled s</th><th>of the loop\'s {loop:.0f} s</th></tr>{body}</table><p>{fallbacks}</p>')
 
 
 def page(report: dict) -> str:
@@ -157,6 +201,8 @@ td, th {{ border-bottom: 1px solid #ddd; padding: 3px 10px; text-align: left; }}
 <table><tr><th>phase</th><th>node-seconds</th><th>share</th></tr>{parts}</table>
 <h2 style="font-size:15px">Attempts</h2>
 <table><tr><th>task</th><th>attempt</th><th>nodes</th><th>queued s</th><th>ran s</th><th>steps</th><th>redone</th>
-<th>saves</th><th>goodput</th><th>ended</th></tr>{attempts}</table>
+<th>saves</th><th>fast saves</th><th>goodput</th><th>ended</th></tr>{attempts}</table>
+{_recoveries(report)}
+{_checkpoints(tot)}
 </body></html>
 """

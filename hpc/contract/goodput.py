@@ -6,7 +6,9 @@ Phases, in the order an attempt meets them (the JSON keys of `hpc report --json`
     vetting      the batch script's start to the last node's vetting report (all allocated nodes busy)
     startup      then to the loop's first work: Python, torch, the process group, the model, the resume's load
     training     productive steps: what no later attempt had to train again
-    checkpoint   saves that held the loop (an async save: only the part before it returned)
+    checkpoint   saves that held the loop (an async save: only the part before it returned); the fast tier's
+                 stall, known as a sum per progress line, is moved here from the training its line falls in (in
+                 the figures; the drawn segments keep it as training)
     redone       steps trained after the checkpoint the next attempt resumed from: lost with the attempt
     hang         the silence before the watchdog declared a hang
     restart      an elastic restart inside the allocation: from the lost run's last sign of life to the new
@@ -31,6 +33,7 @@ runtime's end-of-attempt metrics use the same arithmetic.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 PHASES = ("vetting", "startup", "training", "checkpoint", "redone", "hang", "restart", "stopping", "ending",
@@ -85,6 +88,18 @@ class Attempt:
     ended_at: float | None = None  # the first process exit noted (the timeline's "ended")
     ended_how: str | None = None  # "exit" or "exception"
     error: str | None = None  # an exception's type, as the exiting process named it
+    failed_at: float | None = None  # the first exit by an exception noted: the survivors noticed the fault
+    started_at: float | None = None  # the run's "started" line: its processes up and in their process group
+    run_hosts: list[str] = field(default_factory=list)  # the run's own nodes, as its rank 0 saw them
+    replaced: dict | None = None  # {"lost", "spare"}: a hot spare took a lost node's place for this run
+    load_s: float | None = None  # the resume's load
+    resumed_tier: str | None = None  # where it read the checkpoint: "node", "peer" or "shared" (None: not said)
+    resumed_folder: str | None = None
+    step_ends: list[float] = field(default_factory=list)  # when known optimizer steps ended (progress, exit lines)
+    exit_step_at: float | None = None  # the last optimizer step as an exiting process noted it (to the ms)
+    fast: dict | None = None  # the fast tier's saves: {"saves", "stall_s", "step", "replicas"} (None: no tier)
+    fast_commits: list[tuple[float, int]] = field(default_factory=list)  # (progress line's t, fast tier's step)
+    fast_stalls: list[tuple[float, float]] = field(default_factory=list)  # (progress line's t, stall since the last)
 
     @property
     def seconds(self) -> float:
@@ -98,7 +113,23 @@ class Attempt:
         out = dict.fromkeys(PHASES, 0.0)
         for name, t0, t1 in self.segments:
             out[name] += t1 - t0
+        # the fast tier's stall is the loop's, checkpoint time: known as a sum per progress line (a day of them
+        # would be thousands of slivers to draw), it moves from the training its line falls in, not in segments
+        moved = min(out["training"], self._fast_stall_in("training", "checkpoint"))
+        out["training"] -= moved
+        out["checkpoint"] += moved
         return out
+
+    def _fast_stall_in(self, *phases: str) -> float:
+        if not self.fast_stalls or not self.segments:
+            return 0.0
+        ends = [t1 for _, _, t1 in self.segments]  # in time order, covering the span
+        total = 0.0
+        for t, stall in self.fast_stalls:
+            i = bisect.bisect_left(ends, t)
+            if i < len(ends) and self.segments[i][0] in phases:
+                total += stall
+        return total
 
     def phase_node_seconds(self) -> dict[str, float]:
         out = {name: s * (self.nodes if name == "vetting" else self.used_nodes)
@@ -302,6 +333,7 @@ def _fill(a: Attempt, evs: list[dict], vetted_at: float | None, restart: bool = 
     a.stopped_at = _clamp(a, (stop or finished)["t"]) if (stop or finished) else None
     a.last_at = a.end if a.running else _clamp(a, max(e["t"] for e in evs))
     a.saves = _saves(a, evs)
+    _fill_tiers(a, evs, started, resumed)
     a.hangs = [{"t": _clamp(a, e["t"]), "step": _step(e), "idle_s": float(e.get("idle_s") or 0.0)}
                for e in evs if e["event"] == "hang"]
 
@@ -343,7 +375,54 @@ def _fill(a: Attempt, evs: list[dict], vetted_at: float | None, restart: bool = 
         segs = _paint(segs, "checkpoint", s["t"] - s["stall_s"], s["t"], only=("training", "startup", "ending"))
     for h in a.hangs:
         segs = _paint(segs, "hang", h["t"] - h["idle_s"], h["t"], only=("training",))
+    a.fast_stalls = _fast_stalls(a, evs)
     a.segments = [(n, t0, t1) for n, t0, t1 in segs if t1 > t0]
+
+
+def _float(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _fill_tiers(a: Attempt, evs: list[dict], started: dict | None, resumed: dict | None) -> None:
+    """What the checkpoint tiers and the recovery need: the run's nodes, a spare's place, the resume's load and
+    tier, when steps ended, the fast tier's totals. Lines of earlier hpc versions lack the newer keys: None."""
+    if started is not None:
+        a.started_at = _clamp(a, started["t"])
+        hosts = started.get("hosts")
+        a.run_hosts = [str(h) for h in hosts] if isinstance(hosts, list) else []
+        replaced = started.get("replaced")
+        a.replaced = {k: str(replaced.get(k)) for k in ("lost", "spare")} if isinstance(replaced, dict) else None
+    if resumed is not None:
+        a.load_s = _float(resumed.get("load_s"))
+        tier, folder = resumed.get("tier"), resumed.get("folder")
+        a.resumed_tier = str(tier) if tier is not None else None
+        a.resumed_folder = str(folder) if folder is not None else None
+    failed = [e["t"] for e in evs if e["event"] == "ended" and e.get("how") == "exception"]
+    a.failed_at = _clamp(a, min(failed)) if failed else None
+    exits = [_clamp(a, e["last_step_t"]) for e in evs
+             if e["event"] in ("finished", "ended") and _float(e.get("last_step_t")) is not None]
+    a.exit_step_at = max(exits) if exits else None
+    a.step_ends = sorted([_clamp(a, e["t"]) for e in evs if e["event"] == "progress"] + exits)
+    fast = [e["fast"] for e in evs if e["event"] == "progress" and isinstance(e.get("fast"), dict)]
+    a.fast_commits = [(_clamp(a, e["t"]), _step(e["fast"])) for e in evs if e["event"] == "progress"
+                      and isinstance(e.get("fast"), dict) and _step(e["fast"]) is not None]
+    if fast:
+        last = fast[-1]
+        a.fast = {"saves": sum(int(_float(f.get("n")) or 0) for f in fast),
+                  "stall_s": sum(_float(f.get("stall_s")) or 0.0 for f in fast),
+                  "step": _step(last), "replicas": last.get("replicas")}
+
+
+def _fast_stalls(a: Attempt, evs: list[dict]) -> list[tuple[float, float]]:
+    """(progress line's time, the fast tier's loop stall summed since the line before): the total is exact; where
+    inside that interval each save held the loop is not recorded."""
+    out = []
+    for e in evs:
+        fast = e.get("fast") if e["event"] == "progress" else None
+        stall = _float(fast.get("stall_s")) if isinstance(fast, dict) else None
+        if stall:
+            out.append((_clamp(a, e["t"]), stall))
+    return out
 
 
 def _saves(a: Attempt, evs: list[dict]) -> list[dict]:
@@ -358,20 +437,39 @@ def _saves(a: Attempt, evs: list[dict]) -> list[dict]:
             continue
         seen.add(key)
         out.append({"t": _clamp(a, e["t"]), "step": _step(e), "stall_s": float(e.get("stall_s") or 0.0),
-                    "async": bool(e.get("async"))})
+                    "async": bool(e.get("async")),
+                    # the tier it went to ("shared"; None: a line of an earlier hpc, which had the shared tier
+                    # only), "node" where it was drained from the fast tier, why the fast tier was passed over
+                    "tier": _str(e.get("tier")), "from": _str(e.get("from")), "fallback": _str(e.get("fallback"))})
     return out
+
+
+def _str(value) -> str | None:
+    return str(value) if value is not None else None
+
+
+def commit_at(a: Attempt, step: int) -> float | None:
+    """When the checkpoint of ``step`` the next run resumed from was committed in run ``a``: its save line; a step
+    no line names, the run's last one (the fast tier saves every step: it was committed as it ended); else the
+    newest commit before it (a save line, the fast tier's step at a progress line). A step before this run's
+    work: its first work (all of it was redone)."""
+    if a.training_at is None or step <= a.step_from:
+        return a.training_at
+    exact = [s["t"] for s in a.saves if s["step"] == step]
+    if exact:
+        return max(exact)
+    if step >= a.step_to and a.step_ends:
+        return a.step_ends[-1]
+    known = [s["t"] for s in a.saves if s["step"] is not None and s["step"] <= step]
+    known += [t for t, fast_step in a.fast_commits if fast_step <= step]
+    return max(known) if known else a.training_at
 
 
 def _mark_redone(a: Attempt, resumed_from: int) -> None:
     """The training after the commit of the checkpoint the next attempt resumed from was done in vain."""
-    if a.training_at is None:
-        return
-    if resumed_from <= a.step_from:
-        cut = a.training_at
-    else:
-        commits = [s["t"] for s in a.saves if s["step"] is not None and s["step"] <= resumed_from]
-        cut = max(commits) if commits else a.training_at
-    a.segments = _paint(a.segments, "redone", cut, a.end, only=("training",))
+    cut = commit_at(a, resumed_from)
+    if cut is not None:
+        a.segments = _paint(a.segments, "redone", cut, a.end, only=("training",))
 
 
 def _reason(a: Attempt, last: bool) -> str:
@@ -417,4 +515,23 @@ def totals(attempts: list[Attempt]) -> dict:
         "queued_s": sum(a.queued_s or 0.0 for a in attempts),
         "steps_trained": sum(a.steps_trained for a in attempts),
         "redone_steps": sum(a.redone_steps for a in attempts),
+        **checkpoint_totals(attempts),
+    }
+
+
+LOOP_PHASES = ("training", "checkpoint", "redone", "hang")  # the loop's time: what a save's stall is a share of
+
+
+def checkpoint_totals(attempts: list[Attempt]) -> dict:
+    """The saves' cost: the shared tier's (every ``save`` line: earlier hpc versions had that tier only) and the
+    fast tier's (the ``progress`` lines' ``fast`` counts), each with the loop's stall, beside the loop's time."""
+    saves = [s for a in attempts for s in a.saves]
+    fast = [a.fast for a in attempts if a.fast is not None]
+    return {
+        "saves": len(saves),
+        "save_stall_s": sum(s["stall_s"] for s in saves),
+        "save_fallbacks": sum(1 for s in saves if s.get("fallback")),
+        "fast_saves": sum(f["saves"] for f in fast),
+        "fast_stall_s": sum(f["stall_s"] for f in fast),
+        "loop_s": sum(sum(phases[p] for p in LOOP_PHASES) for phases in (a.phase_seconds() for a in attempts)),
     }
