@@ -17,7 +17,8 @@ def accelerate_cache_dir() -> Path:
 
 
 def default_json_config_file() -> Path:
-    return accelerate_cache_dir() / "default_config.json"
+    # Accelerate names it .yaml and writes JSON into it (JSON is YAML): hpc launch reads it either way
+    return accelerate_cache_dir() / "default_config.yaml"
 
 
 def write_basic_config(mixed_precision: str = "no", save_location: str | None = None) -> Path | bool:
