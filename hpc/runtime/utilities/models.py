@@ -8,6 +8,7 @@ import logging
 import platform
 import re
 import socket
+import sys
 from functools import partial
 
 import torch
@@ -19,15 +20,23 @@ from hpc.runtime.process.distributed_type import DistributedType
 logger = logging.getLogger(__name__)
 
 
+def _optimized_module():
+    # nothing is compiled until torch.compile imported dynamo, whose import alone takes seconds: not done to ask
+    if "torch._dynamo" not in sys.modules:
+        return None
+    return torch._dynamo.eval_frame.OptimizedModule
+
+
 def is_compiled_module(module) -> bool:
     """Whether ``module`` is what torch.compile returned (an OptimizedModule around the model)."""
-    return isinstance(module, torch._dynamo.eval_frame.OptimizedModule)
+    optimized = _optimized_module()
+    return optimized is not None and isinstance(module, optimized)
 
 
 def has_compiled_regions(module) -> bool:
     """Whether some submodule of ``module`` was compiled (compile_regions' result)."""
-    return bool(module._modules) and any(isinstance(m, torch._dynamo.eval_frame.OptimizedModule)
-                                         for m in module.modules())
+    optimized = _optimized_module()
+    return optimized is not None and bool(module._modules) and any(isinstance(m, optimized) for m in module.modules())
 
 
 def _repeated_blocks(module) -> bool:
@@ -99,13 +108,13 @@ def get_model_tp_size(model) -> int | None:
 
 
 def _wrapper_types() -> tuple:
+    # a wrapper exists only once its module was imported: not imported here just to ask (FSDP's takes seconds)
     wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
-    from torch.distributed.fsdp import FullyShardedDataParallel
+    if "torch.distributed.fsdp" in sys.modules:
+        from torch.distributed.fsdp import FullyShardedDataParallel
 
-    wrappers += (FullyShardedDataParallel,)
-    import sys
-
-    if "deepspeed" in sys.modules:  # an engine can only exist if deepspeed was imported
+        wrappers += (FullyShardedDataParallel,)
+    if "deepspeed" in sys.modules:
         from deepspeed import DeepSpeedEngine
 
         wrappers += (DeepSpeedEngine,)

@@ -10,6 +10,7 @@ import pickle
 
 import torch
 
+from hpc.errors import HpcError
 from hpc.runtime.process.nest import find_batch_size, is_torch_tensor, recursively_apply
 from hpc.runtime.utilities.enums import TensorInformation
 
@@ -37,7 +38,7 @@ def ignorant_find_batch_size(data) -> int | None:
     """find_batch_size, or None where the data holds no tensor to read it from."""
     try:
         return find_batch_size(data)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, HpcError):  # hpc's find_batch_size says what it found in one line
         return None
 
 
