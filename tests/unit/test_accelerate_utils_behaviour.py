@@ -229,3 +229,15 @@ def test_test_utils_skip_truthfully_and_launch_through_hpc():
         tu.execute_subprocess_async([sys.executable, "-c", "import sys; sys.exit('boom')"], echo=False, quiet=True)
     with tu.assert_exception(ValueError, "bad"):
         raise ValueError("bad value")
+
+
+def test_a_kwargs_handler_gives_the_fields_set_away_from_their_defaults():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Mock(hu.KwargsHandler):
+        a: int = 0
+        b: bool = False
+
+    assert Mock().to_kwargs() == {} and Mock(a=2, b=True).to_kwargs() == {"a": 2, "b": True}
+    assert hu.DistributedDataParallelKwargs(bucket_cap_mb=15).to_kwargs() == {"bucket_cap_mb": 15}
