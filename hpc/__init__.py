@@ -31,11 +31,16 @@ _MODULES = {
     "hpc.inference": ["BatchInference", "read_outputs", "prepare_pippy"],
     "hpc.api": ["submit", "Job", "FunctionJob"],
     "hpc.errors": ["HpcError"],
+    "hpc.utils": ["is_rich_available"],
 }
 _LAZY = {name: (module, name) for module, names in _MODULES.items() for name in names}
 
 
 def __getattr__(name):
+    if name == "rich":  # Accelerate's `accelerate.rich`: rich's tracebacks, installed when first asked for
+        import importlib
+
+        return importlib.import_module("hpc.utils.rich")
     if name in _LAZY:
         import importlib
 
@@ -45,5 +50,5 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted([*globals(), *_LAZY])
+    return sorted([*globals(), *_LAZY, "rich"])
 

@@ -15,6 +15,25 @@ from hpc.errors import HpcError, shown
 class KwargsHandler:
     """What every kwargs handler is (Accelerate's base class): Accelerator(kwargs_handlers=[...]) takes these."""
 
+    def to_dict(self) -> dict:
+        import copy
+
+        return copy.deepcopy(self.__dict__)
+
+    def to_kwargs(self) -> dict:
+        """The fields set to something other than the class's default (what is passed on to torch), the
+        defaults read with no environment (a handler may read ACCELERATE_* variables when built)."""
+        import os
+
+        saved = os.environ.copy()
+        os.environ.clear()
+        try:
+            defaults = self.__class__().to_dict()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        return {key: value for key, value in self.to_dict().items() if defaults.get(key) != value}
+
 
 class DDPCommunicationHookType(str, enum.Enum):
     NO = "no"

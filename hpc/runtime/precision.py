@@ -65,4 +65,7 @@ class Precision:
             with self.autocast():
                 return forward(*args, **kwargs)
 
+        # marked, so extract_model_from_parallel(keep_fp32_wrapper=False) can take the model's own forward back
+        autocast_forward.__wrapped__ = forward
+        autocast_forward.hpc_autocast = True
         model.forward = autocast_forward

@@ -1,22 +1,70 @@
-"""`accelerate.test_utils`: the small regression fixtures and assertion helpers that Accelerate users' own
-distributed tests import (RegressionDataset, RegressionModel, are_the_same_tensors, assert_exception, ...).
+"""`accelerate.test_utils`: the test helpers Accelerate users' own suites import (DEFAULT_LAUNCH_COMMAND, which is
+`hpc launch`; execute_subprocess_async; the require_* decorators, which skip truthfully; RegressionModel, ...).
+Accelerate's distributed test scripts (its `test_utils.scripts`) are Accelerate's, not hpc's: scripts/
+accelerate_conformance.py runs them against hpc from Accelerate's wheel.
 
 Loaded on use only: none of it is on the training path.
 """
 
 from hpc.runtime.test_support.testing import (
-           are_the_same_tensors,
-           assert_exception,
-           capture_call_output,
-           device_count,
-           memory_allocated_func,
-           require_cpu,
-           skip,
-           slow,
-           torch_device,
+    DEFAULT_LAUNCH_COMMAND,
+    are_the_same_tensors,
+    assert_exception,
+    capture_call_output,
+    device_count,
+    execute_subprocess_async,
+    get_launch_command,
+    get_torch_dist_unique_port,
+    memory_allocated_func,
+    path_in_accelerate_package,
+    pytest_xdist_worker_id,
+    require_bnb,
+    require_cpu,
+    require_cuda,
+    require_cuda_or_hpu,
+    require_cuda_or_xpu,
+    require_fp8,
+    require_fp16,
+    require_huggingface_suite,
+    require_mlu,
+    require_mps,
+    require_multi_device,
+    require_multi_gpu,
+    require_multi_gpu_or_xpu,
+    require_multi_xpu,
+    require_musa,
+    require_non_cpu,
+    require_non_hpu,
+    require_non_torch_xla,
+    require_non_xpu,
+    require_npu,
+    require_pippy,
+    require_sdaa,
+    require_single_device,
+    require_single_gpu,
+    require_single_xpu,
+    require_torch_min_version,
+    require_torchao,
+    require_torchvision,
+    require_tpu,
+    require_transformer_engine,
+    require_transformer_engine_mxfp8,
+    require_xpu,
+    run_first,
+    skip,
+    slow,
+    torch_device,
 )
 from hpc.runtime.test_support.training import RegressionDataset, RegressionModel
 
-__all__ = ["RegressionDataset", "RegressionModel", "are_the_same_tensors", "assert_exception",
-           "capture_call_output", "device_count", "memory_allocated_func", "require_cpu", "skip", "slow",
-           "torch_device"]
+__all__ = ["DEFAULT_LAUNCH_COMMAND", "RegressionDataset", "RegressionModel", "are_the_same_tensors",
+           "assert_exception", "capture_call_output", "device_count", "execute_subprocess_async",
+           "get_launch_command", "get_torch_dist_unique_port", "memory_allocated_func", "path_in_accelerate_package",
+           "pytest_xdist_worker_id", "require_bnb", "require_cpu", "require_cuda", "require_cuda_or_hpu",
+           "require_cuda_or_xpu", "require_fp16", "require_fp8", "require_huggingface_suite", "require_mlu",
+           "require_mps", "require_multi_device", "require_multi_gpu", "require_multi_gpu_or_xpu",
+           "require_multi_xpu", "require_musa", "require_non_cpu", "require_non_hpu", "require_non_torch_xla",
+           "require_non_xpu", "require_npu", "require_pippy", "require_sdaa", "require_single_device",
+           "require_single_gpu", "require_single_xpu", "require_torch_min_version", "require_torchao",
+           "require_torchvision", "require_tpu", "require_transformer_engine", "require_transformer_engine_mxfp8",
+           "require_xpu", "run_first", "skip", "slow", "torch_device"]

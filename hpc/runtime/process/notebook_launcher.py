@@ -80,3 +80,10 @@ def debug_launcher(function: Callable, args: tuple = (), num_processes: int = 2)
     env = {"WORLD_SIZE": str(num_processes), "LOCAL_WORLD_SIZE": str(num_processes), "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(port), "ACCELERATE_USE_CPU": "true"}
     _start(function, args, num_processes, env)
+
+
+def test_launch() -> None:
+    """Checks that a PartialState can be built in this process (Accelerate's smoke test of a launch)."""
+    from hpc.runtime.process.state import PartialState
+
+    PartialState()

@@ -82,6 +82,26 @@ class FullyShardedDataParallelPlugin:
         if self.auto_wrap_policy == "SIZE_BASED_WRAP" and self.min_num_params <= 0:
             raise HpcError("auto_wrap_policy SIZE_BASED_WRAP needs min_num_params", fix="set min_num_params, e.g. 1e6")
 
+    def set_state_dict_type(self, state_dict_type=None) -> None:
+        """Accelerate's: switch how save_state and save_fsdp_model write the model (typically sharded while
+        training, full for the final save)."""
+        if state_dict_type is not None:
+            self.state_dict_type = _choice("state_dict_type", state_dict_type, STATE_DICTS)
+
+    def set_auto_wrap_policy(self, model) -> None:
+        """Accelerate's: settle the wrap policy for ``model`` before prepare(). TRANSFORMER_AUTO_WRAP takes the
+        model's `_no_split_modules` when no class was named, and every named class must be in the model;
+        SIZE_BASED_WRAP without min_num_params wraps nothing but the whole model. (prepare() applies it.)"""
+        if self.auto_wrap_policy == "TRANSFORMER_AUTO_WRAP":
+            if not self.transformer_cls_names_to_wrap:
+                self.transformer_cls_names_to_wrap = list(getattr(model, "_no_split_modules", None) or [])
+            present = {type(m).__name__ for m in model.modules()}
+            for name in self.transformer_cls_names_to_wrap:
+                if name not in present:
+                    raise ValueError(f"Could not find the transformer layer class {name} in the model.")
+        elif self.auto_wrap_policy == "SIZE_BASED_WRAP" and self.min_num_params <= 0:
+            self.auto_wrap_policy = "NO_WRAP"
+
     @classmethod
     def from_config(cls, config: dict) -> "FullyShardedDataParallelPlugin":
         keys = {"sharding_strategy": "fsdp_sharding_strategy", "auto_wrap_policy": "fsdp_auto_wrap_policy",

@@ -113,3 +113,26 @@ class AcceleratedScheduler:
 
     def load_state_dict(self, state_dict):
         self.scheduler.load_state_dict(state_dict)
+
+
+def move_to_device(state, device):
+    """An optimizer's state (nested lists, tuples, dicts of tensors) moved to ``device``, containers kept."""
+    from hpc.runtime.process.nest import honor_type
+
+    if isinstance(state, (list, tuple)):
+        return honor_type(state, (move_to_device(t, device) for t in state))
+    if isinstance(state, dict):
+        return type(state)({k: move_to_device(v, device) for k, v in state.items()})
+    if isinstance(state, torch.Tensor):
+        return state.to(device)
+    return state
+
+
+def patch_optimizer_step(accelerated_optimizer, method):
+    """``method`` (an optimizer's step) marking on ``accelerated_optimizer`` that it was called
+    (``_accelerate_step_called``), so a skipped fp16 step can be told from a step that ran."""
+    def patched_step(*args, **kwargs):
+        accelerated_optimizer._accelerate_step_called = True
+        return method(*args, **kwargs)
+
+    return patched_step
