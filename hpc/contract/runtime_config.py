@@ -61,7 +61,8 @@ def from_effective(effective, warns_before_limit: bool) -> RuntimeConfig:
     return RuntimeConfig(
         profile=profile.name, scheduler=profile.scheduler, job_name=job.job_name, launcher=job.launcher,
         nodes=job.nodes, nproc_per_node=job.nproc_per_node, elastic=job.elastic, max_restarts=job.max_restarts,
-        preemption=profile.preemption, vetting=profile.vetting, fast_tier=profile.fast_tier, health_check=profile.health_check,
+        preemption=profile.preemption, vetting=profile.vetting, fast_tier=profile.fast_tier,
+        health_check=profile.health_check,
         spare_nodes=job.spare_nodes, min_nodes=job.min_nodes, warns_before_limit=warns_before_limit,
         mixed_precision=job.mixed_precision,
         gradient_accumulation_steps=job.gradient_accumulation_steps, network_interface=profile.network_interface,

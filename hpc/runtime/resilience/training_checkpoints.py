@@ -103,8 +103,7 @@ class TrainingCheckpoints:
     def save(self, folder: Path, async_save: bool, purge: bool) -> Path:
         """In a job, rank 0 notes the step as the job's progress once the save has committed (progress_guard); a
         background save's commit is seen at the next save, at wait() or as the process exits."""
-        meta = {"step": self.training.completed_steps, "micro_step": self.training.saved_micro_step,
-                "strategy": self.strategy.name, "loaders": self.training.positions()}
+        meta = self.meta()
         self.wait()  # a background save in flight commits (and is noted) first, as checkpointer.save would wait
         saved = self.checkpointer.save(folder, meta, async_save=async_save, purge=purge,
                                        before_write=self._run_save_hooks)
@@ -115,6 +114,11 @@ class TrainingCheckpoints:
             else:
                 progress_guard.note(meta["step"])
         return saved
+
+    def meta(self) -> dict:
+        """What a checkpoint records of the loop (every tier's)."""
+        return {"step": self.training.completed_steps, "micro_step": self.training.saved_micro_step,
+                "strategy": self.strategy.name, "loaders": self.training.positions()}
 
     def models_for_hooks(self) -> list:
         """The models as Accelerate hands them to save/load hooks: under DDP the user's own module (diffusers'
