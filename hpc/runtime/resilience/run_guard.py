@@ -193,19 +193,16 @@ class RunGuard:
         if folder is None:
             return None
         started = time.monotonic()
-        info = self._restore(folder, mid_epoch=True)
-        if self.process.is_main_process:
-            where = {"node": "node memory", "peer": "a peer node's copy", "shared": "the shared filesystem"}[tier]
-            preemption.log(f"resumed step {info.step} from the {tier} tier ({where}): {folder}")
+        info = self._restore(folder, mid_epoch=True, tier=tier)
         self.timeline.note("resumed", step=self.training.completed_steps, load_s=round(time.monotonic() - started, 3),
                            tier=tier, folder=str(folder))
         return info
 
-    def _restore(self, folder: Path, mid_epoch: bool) -> ResumeInfo:
+    def _restore(self, folder: Path, mid_epoch: bool, tier: str | None = None) -> ResumeInfo:
         self.checkpoints.run_load_hooks(folder)
         with self.paused("load"):
             meta = self.checkpoints.checkpointer.load(folder)
-        return self.checkpoints.restore(meta, folder, mid_epoch)
+        return self.checkpoints.restore(meta, folder, mid_epoch, tier)
 
     def _note_script_checkpoint(self, folder: Path) -> None:
         """A folder the script named: where a requeued attempt of a self-resuming script may resume from, and,

@@ -136,7 +136,7 @@ class TrainingCheckpoints:
         for hook in list(self.hooks.load.values()):
             hook(self.models_for_hooks(), str(folder))
 
-    def restore(self, meta: dict, folder: Path, mid_epoch: bool) -> ResumeInfo:
+    def restore(self, meta: dict, folder: Path, mid_epoch: bool, tier: str | None = None) -> ResumeInfo:
         """The loop's counters and each loader's place, from a loaded checkpoint's ``meta``: ``mid_epoch``, right
         after the last batch the checkpoint trained; else at the top of its epoch, unless the loader restores its
         own position (a script that skips by itself then lands where the checkpoint stopped). A checkpoint saved in
@@ -159,7 +159,8 @@ class TrainingCheckpoints:
         first = (meta.get("loaders") or [{"epoch": 0, "position": 0}])[0]
         self.on_resumed(training.completed_steps)
         if self.process.is_main_process:
-            preemption.log(f"resumed from {folder} (step {training.completed_steps})")
+            read = f", the {tier} tier" if tier else ""  # which tier of checkpoints: node, peer or shared
+            preemption.log(f"resumed from {folder} (step {training.completed_steps}{read})")
             for index, loader, point in moved:
                 unit = "samples" if point.unit == "sample" else "batches of its order"
                 which = f"loader {index}: " if len(training.loaders) > 1 else ""

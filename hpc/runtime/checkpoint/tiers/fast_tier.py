@@ -14,6 +14,7 @@ the shared tier instead, and one line says why. The job never fails for the fast
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import sys
 import threading
@@ -91,6 +92,7 @@ class FastTier:
         self._thread = threading.Thread(target=self._write, args=(step, staged, meta), name="hpc-fast-tier",
                                         daemon=True)  # a node lost mid-send must not hold the process's exit
         self._thread.start()
+        _in_flight.append(self._thread)
         stall = time.monotonic() - started
         self.saves.n += 1
         self.saves.stall_s += stall
@@ -165,6 +167,7 @@ class FastTier:
     def wait(self) -> None:
         if self._thread is not None:
             self._thread.join()
+            _in_flight.remove(self._thread)
             self._thread = None
 
     def fell_back(self) -> str:
@@ -180,6 +183,18 @@ class FastTier:
         self.wait()
         if remove:
             self.node.remove()
+
+
+# the saves in flight as the process exits (a crash, an exit without end_training): given a few seconds to
+# commit and reach the peer (milliseconds when both ends are alive), never held for a peer that is gone
+_in_flight: list[threading.Thread] = []
+EXIT_WAIT_S = 5.0
+
+
+@atexit.register
+def _finish_in_flight() -> None:
+    for thread in _in_flight:
+        thread.join(EXIT_WAIT_S)
 
 
 def _bytes(obj) -> int:
