@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from hpc.runtime.checkpoint import manifest
+from hpc.runtime.checkpoint.crc import crc32
 
 GROUP_TIMEOUT_S = 120.0
 
@@ -99,13 +100,15 @@ def _unpack(blob: memoryview, receive_into) -> Path | None:
     at = 8 + length
     try:
         for name in names:
-            size = data["files"][name]["size"]
+            want = data["files"][name]
+            content = blob[at:at + want["size"]]
+            at += want["size"]
+            # checked from memory as it is written (no thread pool: this may run as the interpreter shuts down)
+            if len(content) != want["size"] or f"{crc32(content):08x}" != want["crc32"]:
+                raise OSError(f"{name} does not match its checksum")
             path = folder / name
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(blob[at:at + size])
-            at += size
-        if manifest.verify(folder, data["files"]) is not None:
-            raise OSError("a received file does not match its checksum")
+            path.write_bytes(content)
         meta = {k: v for k, v in data.items() if k not in ("files", "version", "committed_at")}
         manifest.commit(folder, data["files"], meta, fsync=False)
     except OSError:
