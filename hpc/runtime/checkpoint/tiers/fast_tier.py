@@ -15,10 +15,12 @@ the shared tier instead, and one line says why. The job never fails for the fast
 from __future__ import annotations
 
 import atexit
+import queue
 import shutil
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +62,11 @@ class FastTier:
         self.replication: Replication | None = None
         self._replication_made = False
         self._staging = StagingBuffers()
+        # one writer thread for the run, fed a save at a time: starting a thread per save costs the loop a wait
+        # for it to be scheduled (tens of ms on a loaded node)
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = threading.Event()
+        self._idle.set()
         self._thread: threading.Thread | None = None
         self._failed: str | None = None  # this rank's last save did not commit (why)
         self._last_bytes = 0
@@ -89,10 +96,13 @@ class FastTier:
             staged = None
         meta = {**meta, "world_size": self.world, "format": "full", "rank": self.rank, "job": self.job,
                 "uid": self.node.uid}
-        self._thread = threading.Thread(target=self._write, args=(step, staged, meta), name="hpc-fast-tier",
-                                        daemon=True)  # a node lost mid-send must not hold the process's exit
-        self._thread.start()
-        _in_flight.append(self._thread)
+        self._idle.clear()
+        if self._thread is None:
+            self._thread = threading.Thread(target=_serve, args=(weakref.ref(self), self._jobs), name="hpc-fast-tier",
+                                            daemon=True)  # a node lost mid-send must not hold the process's exit
+            self._thread.start()
+            _tiers.add(self)
+        self._jobs.put((step, staged, meta))
         stall = time.monotonic() - started
         self.saves.n += 1
         self.saves.stall_s += stall
@@ -116,6 +126,12 @@ class FastTier:
         return staged
 
     def _write(self, step: int, staged: dict | None, meta: dict) -> None:
+        try:
+            self._write_and_send(step, staged, meta)
+        finally:
+            self._idle.set()
+
+    def _write_and_send(self, step: int, staged: dict | None, meta: dict) -> None:
         folder = None
         if staged is not None:
             folder = self._commit(step, staged, meta)
@@ -164,11 +180,8 @@ class FastTier:
     def copies(self) -> bool:
         return self.replication is not None and self.replication.copies
 
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-            _in_flight.remove(self._thread)
-            self._thread = None
+    def wait(self, timeout: float | None = None) -> None:
+        self._idle.wait(timeout)
 
     def fell_back(self) -> str:
         """The shared tier takes over: the fast tier is off from here on. Returns the reason (said once)."""
@@ -181,20 +194,33 @@ class FastTier:
     def close(self, remove: bool) -> None:
         """The run is over: the last save finishes; ``remove`` (the job's end, not a requeue) frees the memory."""
         self.wait()
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread = None
         if remove:
             self.node.remove()
 
 
-# the saves in flight as the process exits (a crash, an exit without end_training): given a few seconds to
-# commit and reach the peer (milliseconds when both ends are alive), never held for a peer that is gone
-_in_flight: list[threading.Thread] = []
+def _serve(tier_ref, jobs: queue.SimpleQueue) -> None:
+    """The writer thread: one save after the other; it ends with its tier (None is put by close)."""
+    while (job := jobs.get()) is not None:
+        tier = tier_ref()
+        if tier is None:
+            return
+        tier._write(*job)
+        del tier
+
+
+# the tiers whose save may be in flight as the process exits (a crash, an exit without end_training): given a few
+# seconds to commit and reach the peer (milliseconds when both ends are alive), never held for a peer that is gone
+_tiers: weakref.WeakSet = weakref.WeakSet()
 EXIT_WAIT_S = 5.0
 
 
 @atexit.register
 def _finish_in_flight() -> None:
-    for thread in _in_flight:
-        thread.join(EXIT_WAIT_S)
+    for tier in list(_tiers):
+        tier.wait(EXIT_WAIT_S)
 
 
 def _bytes(obj) -> int:
