@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from hpc.errors import HpcError
 from hpc.runtime.checkpoint.tiers import choice
-from hpc.runtime.checkpoint.tiers.fast_tier import FastTier
+from hpc.runtime.checkpoint.tiers.fast_tier import EXIT_WAIT_S, FastTier
 from hpc.runtime.checkpoint.tiers.node_store import NodeStore, job_key, slurm_running
 from hpc.runtime.process import collectives
 from hpc.runtime.process.process_state import ProcessState
@@ -92,8 +92,9 @@ class FastSaves:
         """The run is over; ``remove`` (not a requeue): the node's copy goes once every rank is done with it."""
         if self.fast is None:
             return
-        self.fast.wait()
+        self.fast.wait(EXIT_WAIT_S)
         if remove:
             self.process.barrier()
             if self.process.is_local_main_process:
                 self.fast.node.remove()
+        self.fast.close(remove=False)

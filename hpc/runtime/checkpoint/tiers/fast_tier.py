@@ -192,8 +192,10 @@ class FastTier:
         return why
 
     def close(self, remove: bool) -> None:
-        """The run is over: the last save finishes; ``remove`` (the job's end, not a requeue) frees the memory."""
-        self.wait()
+        """The run is over: the last save finishes; ``remove`` (the job's end, not a requeue) frees the memory.
+        A save whose peer never saved the same step (a loop on one rank only after the last step) is not waited
+        for beyond a few seconds: the writer is a daemon thread."""
+        self.wait(EXIT_WAIT_S)
         if self._thread is not None:
             self._jobs.put(None)
             self._thread = None
