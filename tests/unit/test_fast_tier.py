@@ -12,6 +12,7 @@ import torch
 from hpc.contract.launch_settings import FastTier as FastTierSettings
 from hpc.errors import HpcError
 from hpc.runtime.checkpoint import manifest
+from hpc.runtime.checkpoint.store import CheckpointStore
 from hpc.runtime.checkpoint.tiers import choice
 from hpc.runtime.checkpoint.tiers.fast_tier import FastTier
 from hpc.runtime.checkpoint.tiers.node_store import NodeStore, job_key
@@ -124,3 +125,21 @@ def test_the_job_key_is_slurms_job_id_kept_over_a_requeue():
     assert job_key({"SLURM_JOB_ID": "123"}) == "123"
     assert job_key({"SLURM_JOB_ID": "123", "SLURM_ARRAY_TASK_ID": "4"}) == "123_4"
     assert job_key({"HPC_JOB_DIR": "/x/jobs/20261201-abc"}) == "20261201-abc"
+
+
+def test_a_drain_copies_the_newest_into_the_shared_tier_committed_and_leaves_a_save_of_the_script_alone(tmp_path):
+    (tmp_path / "node").mkdir()
+    tier = _tier(tmp_path / "node", drain_steps=1)
+    heard = []
+    tier.drained = lambda step, folder: heard.append((step, folder))
+    shared = CheckpointStore(tmp_path / "shared")
+    tier.save(1, _meta(1), drain_into=shared.step_dir(1))
+    tier.wait()
+    data = manifest.read(shared.step_dir(1))
+    assert manifest.check(shared.step_dir(1), data) is None and data["from"] == "node" and data["step"] == 1
+    assert "job" not in data and "rank" not in data and data["format"] == "full"
+    assert heard == [(1, shared.step_dir(1))] and shared.newest_good().step == 1
+    shared.step_dir(2).mkdir()  # the script's own save_state of step 2, under way
+    tier.save(2, _meta(2), drain_into=shared.step_dir(2))
+    tier.wait()
+    assert list(shared.step_dir(2).iterdir()) == [] and len(heard) == 1

@@ -5,7 +5,9 @@ removal at the run's end (kept over a requeue: the next attempt on the same node
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 from hpc.errors import HpcError
 from hpc.runtime.checkpoint.tiers import choice
@@ -20,6 +22,7 @@ class FastSaves:
     def __init__(self, process: ProcessState, checkpoints: TrainingCheckpoints, in_job: bool):
         self.process, self.checkpoints = process, checkpoints
         self.fast: FastTier | None = None
+        self.on_drained: Callable[[int, Path], None] | None = None  # the run guard's note of a drained step
         settings = checkpoints.options.fast_tier
         if settings is None or not in_job:
             return
@@ -39,6 +42,9 @@ class FastSaves:
             return
         self.fast = FastTier(node, process.rank, process.world_size, process.env.local_world_size,
                              checkpoints.training, checkpoints.precision, checkpoints.strategy, settings, job)
+        self._drained_step, self._drained_at = 0, time.monotonic()
+        if process.is_main_process:
+            self.fast.drained = self._drained
 
     @property
     def on(self) -> bool:
@@ -67,9 +73,30 @@ class FastSaves:
         if fast.fallback_due:
             save_shared(fast.fell_back())
             return
-        fast.save(step, self.checkpoints.meta())
+        fast.save(step, self.checkpoints.meta(), drain_into=self._drain_into(step))
         if stopping:
             fast.wait()
+
+    def _drain_into(self, step: int) -> Path | None:
+        """Rank 0: the shared tier's folder for this step when a drain is due (``drain_steps`` steps or
+        ``drain_minutes`` since the last); the replicated state is whole in rank 0's folder, the other ranks'
+        random streams are not drained (a resume from it keeps theirs, in one line)."""
+        settings = self.fast.settings
+        if not self.process.is_main_process or not (settings.drain_steps or settings.drain_minutes):
+            return None
+        due = (settings.drain_steps and step - self._drained_step >= settings.drain_steps) or (
+            settings.drain_minutes and time.monotonic() - self._drained_at >= 60 * settings.drain_minutes)
+        if not due:
+            return None
+        self._drained_step, self._drained_at = step, time.monotonic()
+        return self.checkpoints.checkpointer.store.step_dir(step)
+
+    def _drained(self, step: int, folder: Path) -> None:
+        """On the writer thread: the shared tier has this step now (the timeline's save line; the job's progress;
+        the shared store keeps its newest few)."""
+        if self.on_drained is not None:
+            self.on_drained(step, folder)
+        self.checkpoints.checkpointer.store.purge(background=False)
 
     def progress(self) -> dict:
         return {"fast": self.fast.saves.take()} if self.fast is not None else {}

@@ -27,7 +27,7 @@ from hpc.runtime.checkpoint import script_resume as script_checkpoints
 from hpc.runtime.process.process_state import ProcessState
 from hpc.runtime.process.stop_vote import StopVote
 from hpc.runtime.process.training_state import TrainingState
-from hpc.runtime.resilience import preemption
+from hpc.runtime.resilience import preemption, progress_guard
 from hpc.runtime.resilience.fast_saves import FastSaves
 from hpc.runtime.resilience.join_vote import JoinVote
 from hpc.runtime.resilience.pace import Pace
@@ -74,6 +74,7 @@ class RunGuard:
         self.timeline.started(process.world_size, training.completed_steps)
         self.fast_saves = FastSaves(process, checkpoints, options.in_job)  # checkpoints in node memory
         self.timeline.progress_fields = self.fast_saves.progress
+        self.fast_saves.on_drained = self._drained
         self._requeued = False
         if options.in_job:  # inside an hpc job the warning signal starts ignored; from now on it is noted
             self.watch.install(term=False)
@@ -160,6 +161,13 @@ class RunGuard:
         self.timeline.note("save", step=self.training.completed_steps, stall_s=round(time.monotonic() - started, 4),
                            folder=str(saved), tier="shared", **{"async": bool(async_save)}, **noted)
         return saved
+
+    def _drained(self, step: int, folder: Path) -> None:
+        """Rank 0's writer thread: the fast tier's step is in the shared tier now (the job's progress too)."""
+        self.timeline.note("save", step=step, stall_s=0.0, folder=str(folder), tier="shared", **{"from": "node"},
+                           **{"async": True})
+        if os.environ.get("HPC_JOB_DIR"):
+            progress_guard.note(step)
 
     def _save_shared_instead(self, why: str) -> None:
         """The fast tier failed (full, or a write or a copy failed): this step goes to the shared tier."""

@@ -70,13 +70,14 @@ class FastTier:
         self._thread: threading.Thread | None = None
         self._failed: str | None = None  # this rank's last save did not commit (why)
         self._last_bytes = 0
+        self.drained = None  # (step, folder) -> None: a step drained into the shared tier (on the writer thread)
         self._last_step: int | None = None
 
     # --- saving ---------------------------------------------------------------------------------------
     def due(self, step: int) -> bool:
         return (self.off is None and step > 0 and step != self._last_step and step % self.settings.every == 0)
 
-    def save(self, step: int, meta: dict) -> float:
+    def save(self, step: int, meta: dict, drain_into: Path | None = None) -> float:
         """Stage this step's state and write it in the background; returns the seconds the loop was held."""
         started = time.monotonic()
         self.wait()  # one save in flight: the previous one is committed and replicated first
@@ -102,7 +103,7 @@ class FastTier:
                                             daemon=True)  # a node lost mid-send must not hold the process's exit
             self._thread.start()
             _tiers.add(self)
-        self._jobs.put((step, staged, meta))
+        self._jobs.put((step, staged, meta, drain_into))
         stall = time.monotonic() - started
         self.saves.n += 1
         self.saves.stall_s += stall
@@ -125,16 +126,18 @@ class FastTier:
         self._staging.synchronize()
         return staged
 
-    def _write(self, step: int, staged: dict | None, meta: dict) -> None:
+    def _write(self, step: int, staged: dict | None, meta: dict, drain_into: Path | None = None) -> None:
         try:
-            self._write_and_send(step, staged, meta)
+            self._write_and_send(step, staged, meta, drain_into)
         finally:
             self._idle.set()
 
-    def _write_and_send(self, step: int, staged: dict | None, meta: dict) -> None:
+    def _write_and_send(self, step: int, staged: dict | None, meta: dict, drain_into: Path | None) -> None:
         folder = None
         if staged is not None:
             folder = self._commit(step, staged, meta)
+        if folder is not None and drain_into is not None:
+            self._drain(folder, drain_into)
         failed = self._failed is not None
         if self.copies:
             try:
@@ -175,6 +178,31 @@ class FastTier:
         self._last_bytes = sum(int(v["size"]) for v in files.sums.values())
         store.purge()
         return folder
+
+    def _drain(self, folder: Path, into: Path) -> None:
+        """The committed ``folder`` into the shared tier's step folder ``into``: every file, then its manifest
+        last (the same sizes and checksums), renamed into place whole; a folder already there (the script's own
+        save_state of this step) stands. ``drained(step, folder)`` hears of it; a failure is one line."""
+        work = into.with_name(f".{into.name}.draining")
+        try:
+            if into.exists():
+                return
+            shutil.rmtree(work, ignore_errors=True)
+            data = manifest.read(folder)
+            for name in data["files"]:
+                (work / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(folder / name, work / name)
+            meta = {k: v for k, v in data.items() if k not in ("files", "version", "committed_at", "rank", "job",
+                                                               "uid")}
+            manifest.commit(work, data["files"], {**meta, "from": "node"}, fsync=True)
+            work.rename(into)
+        except OSError as e:
+            shutil.rmtree(work, ignore_errors=True)
+            print(f"hpc: the fast tier's step {folder.name} was not drained to {into.parent}: {e}", file=sys.stderr,
+                  flush=True)
+            return
+        if self.drained is not None:
+            self.drained(int(data["step"]), into)
 
     @property
     def copies(self) -> bool:
