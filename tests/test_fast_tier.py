@@ -30,7 +30,11 @@ def _two_nodes(tmp: Path, run: dict, port: int, restart: int = 0) -> list[subpro
     procs = [subprocess.Popen([sys.executable, str(RESUME_WORKER), json.dumps(run)], cwd=tmp, text=True,
                               env={**env, "RANK": str(r), "GROUP_RANK": str(r)}, stderr=subprocess.PIPE)
              for r in range(2)]
-    return [subprocess.CompletedProcess(p.args, p.wait(timeout=120), None, p.stderr.read()) for p in procs]
+    try:
+        return [subprocess.CompletedProcess(p.args, p.wait(timeout=300), None, p.stderr.read()) for p in procs]
+    finally:
+        for p in procs:  # a rank left waiting for the other must not outlive the test
+            p.kill()
 
 
 def test_a_lost_nodes_ranks_resume_from_the_copy_the_other_node_kept_and_train_exactly(tmp_path):
