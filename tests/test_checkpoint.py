@@ -229,17 +229,23 @@ def test_deepspeed_zero2_crash_and_resume_matches_the_straight_run_and_merges(tm
 
 def test_the_local_profile_requeues_by_starting_its_processes_again(tmp_path):
     """The warning signal on the local profile: checkpoint at the step boundary, the script runs the ranks
-    again (HPC_RESTART_COUNT=1), they resume; the same losses and weights as a straight run."""
+    again (HPC_RESTART_COUNT=1), they resume; the same losses and weights as a straight run. The profile keeps
+    checkpoints in node memory too (issue 41): the fast tier is written first at the signal, the requeue on the
+    same node reads it, and the run's end frees it."""
     import shutil
 
     from tests.jobhelpers import hpc, start_straight_run, straight_run, submit
 
     shutil.copy(RESUME, tmp_path)
+    memory = tmp_path / "shm"
+    memory.mkdir()
+    profile = tmp_path / "local-fast.yaml"
+    profile.write_text(f"name: local-fast\nextends: local\nfast_tier:\n  enabled: true\n  directory: {memory}\n")
     spec = {"strategy": "ddp", "steps": 16, "save_every": 4}
     start_straight_run(spec, tmp_path)  # in the background while the job runs (or the session's, if it ran already)
     # the first attempt sleeps 0.3 s a step, room for the signal; the second resumes and runs straight through
     run = {**spec, "sleep": 0.3, "sleep_attempts": 1, "project": str(tmp_path / "b"), "out": str(tmp_path / "b.pt")}
-    info = submit(tmp_path, "-p", "local", "--nproc", "2", "resume_worker.py", "--", json.dumps(run))
+    info = submit(tmp_path, "-p", str(profile), "--nproc", "2", "resume_worker.py", "--", json.dumps(run))
     script = local_script_process(Path(info["job_dir"]))
     progress, deadline = tmp_path / "b" / "progress", time.monotonic() + 120
     while not (progress.exists() and int(progress.read_text() or 0) >= 5):
@@ -252,3 +258,5 @@ def test_the_local_profile_requeues_by_starting_its_processes_again(tmp_path):
     assert [a[0] for a in result["attempts"]] == [0, 1]
     logs = hpc(tmp_path, "logs", "--all", info["job_id"], check=True).stdout
     assert "stop requested (USR1)" in logs and "starting the processes again (round 1)" in logs, logs[-3000:]
+    assert ", the node tier)" in logs, logs[-3000:]  # the requeue read node memory, not the shared filesystem
+    assert list(memory.iterdir()) == []  # the run's end gave the memory back

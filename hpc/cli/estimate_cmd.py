@@ -31,6 +31,19 @@ def _dtype_list(given: tuple[str, ...]) -> list[str]:
     return list(DTYPES) if "all" in names or not names else list(dict.fromkeys(names))
 
 
+def _fast_tier(prof, results, est, formats) -> dict | None:
+    """The profile's fast tier (checkpoints in node memory) on each node, for DDP (the one strategy it saves):
+    whether it fits in the node memory the job has (the profile's mem), beside what the job offloads to the host."""
+    if prof is None or not prof.fast_tier.enabled:
+        return None
+    ddp = next((r for r in results if r.strategy == "ddp"), None) or est.estimate(results[0].params // 2 or 1, "ddp")
+    ranks = prof.gpus_per_node or prof.tasks_per_node or 1
+    need = est.fast_tier_bytes(ddp, ranks, prof.fast_tier.replicas)
+    mem = int(formats.parse_memory(prof.mem) * 2**20) if prof.mem else None
+    return {"bytes_per_node": need, "node_memory_bytes": mem,
+            "fits": None if mem is None else need + ddp.host * ranks <= mem}
+
+
 def _strategy_flag_given(ctx: click.Context) -> str | None:
     """The first option given that only the strategies table reads: with --dtypes it would be silently ignored."""
     for param in ctx.command.params:
@@ -120,7 +133,7 @@ def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profil
     from hpc.cluster import estimate as est
     from hpc.slurm import formats
 
-    capacity_text, gpus = gpu_memory, None
+    capacity_text, gpus, prof = gpu_memory, None, None
     if profile:
         from hpc.cluster.config import profiles
 
@@ -142,10 +155,11 @@ def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profil
                             dp_replicate=dp_replicate) for s in names]
     capacity = int(formats.parse_memory(capacity_text) * 2**20 * (1 - headroom)) if capacity_text else None
     best = est.cheapest_fit(results, capacity) if capacity else None
+    fast = _fast_tier(prof, results, est, formats)
     if as_json:
         echo_json({"parameters": count, "precision": precision, "world_size": world_size,
                    "usable_gpu_memory_bytes": capacity, "fits": best.strategy if best else None,
-                   "strategies": [r.as_dict() for r in results]})
+                   "strategies": [r.as_dict() for r in results], **({"fast_tier": fast} if fast else {})})
         return
     click.echo(f"{count:,} parameters, {precision}, {world_size} GPU(s), AdamW; GiB per GPU"
                + ("" if shape else " (no activations: give the model's shape for them)"))
@@ -155,3 +169,10 @@ def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profil
     if capacity is not None:
         click.echo(f"cheapest that fits {capacity_text} (keeping {headroom:.0%} free): {best.strategy}" if best else
                    f"nothing fits {capacity_text}: add GPUs, shorten sequences or checkpoint activations")
+    if fast:
+        fits = "" if fast["node_memory_bytes"] is None else (
+            f"; with the host's share of the job it {'fits' if fast['fits'] else 'does NOT fit'} the "
+            f"profile's mem {prof.mem} per node" + ("" if fast["fits"] else " (the saves fall back to the shared "
+                                                    "tier: lower fast_tier.replicas, or turn it off)"))
+        click.echo(f"fast tier ({prof.fast_tier.directory}, replicas {prof.fast_tier.replicas}): "
+                   f"{_gib(fast['bytes_per_node'])} GiB of node memory per node for ddp{fits}")

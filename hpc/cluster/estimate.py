@@ -152,6 +152,17 @@ def estimate(num_params: int, strategy: str, *, precision: str = "no", world_siz
                     int(host))
 
 
+# fast-tier folders a rank's state is in at once: the KEEP kept (hpc.runtime.checkpoint.tiers.node_store) and the
+# one being written, for its own state and for the copy it keeps of the previous node's (replicas 2)
+FAST_TIER_FOLDERS = 3
+
+
+def fast_tier_bytes(estimate: Estimate, ranks_per_node: int, replicas: int) -> int:
+    """Node memory the fast tier takes on each node: every rank writes the whole replicated state (weights and
+    optimizer state; DDP) into node memory, and keeps the previous node's ranks' copies besides."""
+    return (estimate.params + estimate.optimizer) * ranks_per_node * replicas * FAST_TIER_FOLDERS
+
+
 def cheapest_fit(estimates: list[Estimate], capacity: int) -> Estimate | None:
     """The first strategy (in STRATEGIES' order: least communication first) whose total fits."""
     order = {name: i for i, name in enumerate(STRATEGIES)}

@@ -277,3 +277,20 @@ def fraction(value: float) -> float:
     if not 0 <= value <= 1:
         raise HpcError("must be from 0 to 1", fix="e.g. 0.5: half the median node's")
     return value
+
+
+def absolute_folder(value: str) -> str:
+    """A folder every node has at the same path (a node-local one: /dev/shm, /tmp, a local SSD)."""
+    safe_value(value)
+    if not value.startswith("/"):
+        raise HpcError("must be an absolute path (a node-local folder, the same on every node)",
+                       fix="give one like /dev/shm or /tmp")
+    return value
+
+
+def fast_tier_replicas(value: int) -> int:
+    """How many nodes hold each node's part of the fast tier: its own (1), or its own and the next node's (2)."""
+    if value not in (1, 2):
+        raise HpcError("must be 1 (each node's own copy only) or 2 (also a copy on the next node)",
+                       fix="give 1 or 2")
+    return value

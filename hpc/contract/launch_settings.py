@@ -53,6 +53,23 @@ class Vetting(ReprByFields):
     timeout: int = checked(checks.positive, default=120)  # seconds for the whole vetting step
 
 
+@record
+class FastTier(ReprByFields):
+    """The checkpoint tier in each node's memory (hpc.runtime.checkpoint.tiers): hpc saves the training state there
+    every ``every`` optimizer steps, beside training (the loop is held only for the copy), and keeps each node's
+    part on ``replicas - 1`` other nodes too. Besides the script's save_state and the stop signal's, the shared tier
+    gets the fast tier's newest checkpoint in the background every ``drain_steps`` steps or ``drain_minutes``
+    minutes (0: neither)."""
+
+    enabled: bool = False
+    # a node-local folder in memory; hpc makes a private folder per user and job inside it, removed at the job's end
+    directory: str = checked(checks.absolute_folder, default="/dev/shm")
+    every: int = checked(checks.positive, default=1)
+    replicas: int = checked(checks.fast_tier_replicas, default=2)
+    drain_steps: int = checked(checks.non_negative, default=0)
+    drain_minutes: float = checked(checks.non_negative_number, default=0.0)
+
+
 # hpc's defaults for torchrun's c10d rendezvous (torch's own: join 600, last call 30, keep-alive 5 s x 3): a lost
 # node costs seconds, not the ~45 s of torch's. Whole seconds: torch reads each with int().
 RDZV_JOIN_TIMEOUT = 600

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 
 from hpc.contract import layout
-from hpc.contract.launch_settings import Launcher, Preemption, Vetting
+from hpc.contract.launch_settings import FastTier, Launcher, Preemption, Vetting
 from hpc.contract.training import TrainingSettings, training_values
 from hpc.contract.validate import build, to_plain
 from hpc.errors import HpcError
@@ -33,6 +33,7 @@ class RuntimeConfig(TrainingSettings):
     max_restarts: int = 0
     preemption: Preemption = field(default_factory=Preemption)
     vetting: Vetting = field(default_factory=Vetting)
+    fast_tier: FastTier = field(default_factory=FastTier)
     health_check: list[str] = field(default_factory=list)
     spare_nodes: int = 0
     # the fewest nodes a requeue may run the job on (None: exactly `nodes`); an attempt's own count is SLURM's
@@ -60,7 +61,8 @@ def from_effective(effective, warns_before_limit: bool) -> RuntimeConfig:
     return RuntimeConfig(
         profile=profile.name, scheduler=profile.scheduler, job_name=job.job_name, launcher=job.launcher,
         nodes=job.nodes, nproc_per_node=job.nproc_per_node, elastic=job.elastic, max_restarts=job.max_restarts,
-        preemption=profile.preemption, vetting=profile.vetting, health_check=profile.health_check,
+        preemption=profile.preemption, vetting=profile.vetting, fast_tier=profile.fast_tier,
+        health_check=profile.health_check,
         spare_nodes=job.spare_nodes, min_nodes=job.min_nodes, warns_before_limit=warns_before_limit,
         mixed_precision=job.mixed_precision,
         gradient_accumulation_steps=job.gradient_accumulation_steps, network_interface=profile.network_interface,

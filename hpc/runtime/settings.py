@@ -65,6 +65,8 @@ class Checkpointing:
     async_save: bool
     fsync: bool
     arrival_timeout_s: float
+    # the profile's fast tier (contract FastTier) when it is on and the run is an hpc job; None: off
+    fast_tier: Any = None
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,8 @@ def _checkpointing(config: RuntimeConfig | None, project: ProjectConfiguration, 
     return Checkpointing(directory, int(_first(keep, job.checkpoint_keep, default=max(limit or MIN_KEEP, MIN_KEEP))),
                          bool(_first(async_save, job.checkpoint_async, default=False)),
                          bool(_first(fsync, job.checkpoint_fsync, default=False)),
-                         float(job.hang_timeout or 0) or DEFAULT_ARRIVAL_TIMEOUT_S)
+                         float(job.hang_timeout or 0) or DEFAULT_ARRIVAL_TIMEOUT_S,
+                         fast_tier=job.fast_tier if config is not None and job.fast_tier.enabled else None)
 
 
 def resolve(arguments: dict) -> AcceleratorSettings:

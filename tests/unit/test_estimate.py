@@ -240,3 +240,23 @@ def test_bad_model_or_dtypes_is_one_line_and_exit_2(tmp_path, args, says):
     proc = hpc("estimate-memory", *[a.format(empty=tmp_path / "empty") for a in args], env=OFFLINE)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert says in proc.stderr, proc.stderr
+
+
+def test_a_profile_with_a_fast_tier_says_whether_it_fits_the_node_memory(tmp_path):
+    """Checkpoints in node memory (issue 41): every rank's whole DDP state, times the copy of the previous node's,
+    times the folders kept and the one being written, against the node memory the job has."""
+    from click.testing import CliRunner
+
+    from hpc.cli.estimate_cmd import estimate_memory
+
+    profile = tmp_path / "fast.yaml"
+    profile.write_text("name: fast\nextends: slurm-local\nmem: 8G\nfast_tier:\n  enabled: true\n")
+    out = CliRunner().invoke(estimate_memory, ["125M", "-p", str(profile), "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    ddp = next(s for s in data["strategies"] if s["strategy"] == "ddp")
+    # slurm-local: 2 ranks a node; replicas 2; 3 folders
+    assert data["fast_tier"]["bytes_per_node"] == (ddp["params"] + ddp["optimizer"]) * 2 * 2 * 3
+    assert data["fast_tier"]["fits"] is False and data["fast_tier"]["node_memory_bytes"] == 8 * 2**30
+    small = CliRunner().invoke(estimate_memory, ["10M", "-p", str(profile)])
+    assert "GiB of node memory per node for ddp; with the host's share of the job it fits" in small.output

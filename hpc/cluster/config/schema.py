@@ -14,6 +14,7 @@ from hpc.contract.launch_settings import (  # noqa: F401 - Launcher, Preemption,
     RDZV_KEEP_ALIVE_INTERVAL,
     RDZV_KEEP_ALIVE_MAX_ATTEMPT,
     RDZV_LAST_CALL_TIMEOUT,
+    FastTier,
     Launcher,
     Preemption,
     Rendezvous,
@@ -109,6 +110,8 @@ class ClusterProfile(TrainingSettings, _Repr):
     # shell lines each node runs before the ranks start (exit 0: healthy), e.g. a site's node health check
     health_check: list[str] = _check(checks.shell_lines, default_factory=list)
     vetting: Vetting = field(default_factory=Vetting)
+    # checkpoints in node memory, copied to a peer node (hpc.runtime.checkpoint.tiers; docs/checkpoint-tiers.md)
+    fast_tier: FastTier = field(default_factory=FastTier)
     spare_nodes: int = _check(checks.non_negative, default=0)  # the job's default
     min_nodes: int | None = _check(checks.min_nodes, default=None)  # the job's default
     sbatch_extra: list[str] = _check(checks.sbatch_extra, default_factory=list)

@@ -27,7 +27,8 @@ from hpc.runtime.checkpoint import script_resume as script_checkpoints
 from hpc.runtime.process.process_state import ProcessState
 from hpc.runtime.process.stop_vote import StopVote
 from hpc.runtime.process.training_state import TrainingState
-from hpc.runtime.resilience import preemption
+from hpc.runtime.resilience import preemption, progress_guard
+from hpc.runtime.resilience.fast_saves import FastSaves
 from hpc.runtime.resilience.join_vote import JoinVote
 from hpc.runtime.resilience.pace import Pace
 from hpc.runtime.resilience.stragglers import Stragglers
@@ -71,6 +72,10 @@ class RunGuard:
                                        steps=lambda: self.training.completed_steps,
                                        on_exit=self._ended_without_end_training)
         self.timeline.started(process.world_size, training.completed_steps)
+        self.fast_saves = FastSaves(process, checkpoints, options.in_job)  # checkpoints in node memory
+        self.timeline.progress_fields = self.fast_saves.progress
+        self.fast_saves.on_drained = self._drained
+        self._requeued = False
         if options.in_job:  # inside an hpc job the warning signal starts ignored; from now on it is noted
             self.watch.install(term=False)
 
@@ -79,7 +84,7 @@ class RunGuard:
     # behind: the copy gets an idle watchdog, signal watch, pace and straggler check.
     def __getstate__(self) -> dict:
         return {**self.__dict__, "watchdog": None, "watch": None, "pace": None, "stop_vote": StopVote(False, None),
-                "stragglers": None, "timeline": TimelineWriter(False)}
+                "stragglers": None, "timeline": TimelineWriter(False), "fast_saves": None}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -87,6 +92,7 @@ class RunGuard:
         self.watch = preemption.PreemptionWatch(requeue_signals(self.options.requeue_signal), None)
         self.pace = Pace(None, None, self.process.is_main_process)
         self.stragglers = Stragglers.off(self.process)
+        self.fast_saves = FastSaves(self.process, self.checkpoints, in_job=False)
 
     # --- the hooks the loop and the collectives enter -------------------------------------------------
     def before_work(self) -> None:
@@ -140,7 +146,7 @@ class RunGuard:
         return self.training.completed_steps
 
     # --- saving and loading -------------------------------------------------------------------------
-    def save_state(self, output_dir: str | os.PathLike | None, async_save: bool) -> Path:
+    def save_state(self, output_dir: str | os.PathLike | None, async_save: bool, **noted) -> Path:
         self.before_work()
         with self.paused("save_state: waiting for every rank"):
             self.checkpoints.checkpointer.arrive("save_state")
@@ -153,8 +159,19 @@ class RunGuard:
             saved = self.checkpoints.save(folder, async_save=async_save, purge=not named)
         # what the save held the loop for (an async save: until it returned), for the report's checkpoint stalls
         self.timeline.note("save", step=self.training.completed_steps, stall_s=round(time.monotonic() - started, 4),
-                           folder=str(saved), **{"async": bool(async_save)})
+                           folder=str(saved), tier="shared", **{"async": bool(async_save)}, **noted)
         return saved
+
+    def _drained(self, step: int, folder: Path) -> None:
+        """Rank 0's writer thread: the fast tier's step is in the shared tier now (the job's progress too)."""
+        self.timeline.note("save", step=step, stall_s=0.0, folder=str(folder), tier="shared", **{"from": "node"},
+                           **{"async": True})
+        if os.environ.get("HPC_JOB_DIR"):
+            progress_guard.note(step)
+
+    def _save_shared_instead(self, why: str) -> None:
+        """The fast tier failed (full, or a write or a copy failed): this step goes to the shared tier."""
+        self.save_state(None, async_save=False, fallback=why)
 
     def wait_for_checkpoint(self) -> None:
         if self.checkpoints.started:  # a pause ends in a beat: none before anything was saved
@@ -173,20 +190,27 @@ class RunGuard:
         return self._restore(folder, mid_epoch=False)
 
     def resume(self) -> ResumeInfo | None:
+        """The newest complete, verified checkpoint of any tier: this node's memory, a peer's copy, the shared tier."""
         self.resume_pending = False
-        folder = self.checkpoints.checkpointer.choose(None)
+        fast = self.fast_saves.choose()
+        if fast is not None:
+            folder, tier = fast.path, fast.tier
+            self.checkpoints.checkpointer._own_part_folder = folder  # this rank's own part lies in the same folder
+        else:
+            folder, tier = self.checkpoints.checkpointer.choose(None), "shared"
         if folder is None:
             return None
         started = time.monotonic()
-        info = self._restore(folder, mid_epoch=True)
-        self.timeline.note("resumed", step=self.training.completed_steps, load_s=round(time.monotonic() - started, 3))
+        info = self._restore(folder, mid_epoch=True, tier=tier)
+        self.timeline.note("resumed", step=self.training.completed_steps, load_s=round(time.monotonic() - started, 3),
+                           tier=tier, folder=str(folder))
         return info
 
-    def _restore(self, folder: Path, mid_epoch: bool) -> ResumeInfo:
+    def _restore(self, folder: Path, mid_epoch: bool, tier: str | None = None) -> ResumeInfo:
         self.checkpoints.run_load_hooks(folder)
         with self.paused("load"):
             meta = self.checkpoints.checkpointer.load(folder)
-        return self.checkpoints.restore(meta, folder, mid_epoch)
+        return self.checkpoints.restore(meta, folder, mid_epoch, tier)
 
     def _note_script_checkpoint(self, folder: Path) -> None:
         """A folder the script named: where a requeued attempt of a self-resuming script may resume from, and,
@@ -222,6 +246,8 @@ class RunGuard:
     def preemption_point(self) -> None:
         # inside join_uneven_inputs a save waits for joined ranks: the join vote stops there (join_vote.py)
         if self.should_stop and not self.join_vote.inside:
+            # the fast tier first (milliseconds: a requeue on the same nodes reads it), then the shared tier
+            self.fast_saves.step_boundary(self._save_shared_instead, stopping=True)
             self.stop_here(self.save_state(None, async_save=False))
 
     def before_batch(self, loader, first: bool) -> None:
@@ -229,6 +255,8 @@ class RunGuard:
         for: its step is over, scheduler and counters included, and the checkpoint hpc saves in the script's
         naming is one its own resume arithmetic lands on. Evaluation loops take no steps and are not stopped."""
         self.join_vote.batch_came()
+        if self.fast_saves.on and not self.join_vote.inside:  # the previous step is over: its state to node memory
+            self.fast_saves.step_boundary(self._save_shared_instead)
         if not self.options.script_resumes:
             return
         steps = self.training.completed_steps
@@ -267,6 +295,7 @@ class RunGuard:
             self._report_goodput()
             self._stop_noted = True  # finish() ends training: that end is this stop's, noted already
         requeued = self.process.broadcast_flag(requeued)
+        self._requeued = requeued  # the fast tier stays in node memory for the next attempt
         self.finish()
         sys.exit(0 if requeued else 128 + (signal.SIGTERM if self.stop_code == preemption.STOP
                                            else getattr(signal, f"SIG{self.watch.requeue_signals[0]}")))
@@ -275,6 +304,8 @@ class RunGuard:
         """The run is over: no hang watch, the last save committed, the last votes in."""
         self.watchdog.stop()
         self.wait_for_checkpoint()
+        if self.fast_saves is not None:
+            self.fast_saves.close(remove=not self._requeued)
         self.stop_vote.finish()
         if self.timeline.on and not getattr(self, "_stop_noted", False):
             self.timeline.finished(self.training.completed_steps)

@@ -58,6 +58,8 @@ class TimelineWriter:
         self._signalled = False
         self._ended = False
         self._last_step_t: float | None = None
+        # more fields for each progress line (the fast tier's saves since the last one: run_guard)
+        self.progress_fields: Callable[[], dict] | None = None
         if self.file is not None and steps is not None:
             if not _at_exit_pid:
                 atexit.register(_note_exit)
@@ -103,7 +105,7 @@ class TimelineWriter:
         now = time.monotonic()
         if now >= self._next_progress:
             self._next_progress = now + self.every_s
-            self.note("progress", step=step)
+            self.note("progress", step=step, **(self.progress_fields() if self.progress_fields else {}))
 
     def signal(self, why: str) -> None:
         if not self._signalled:

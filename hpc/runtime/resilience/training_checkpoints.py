@@ -103,8 +103,7 @@ class TrainingCheckpoints:
     def save(self, folder: Path, async_save: bool, purge: bool) -> Path:
         """In a job, rank 0 notes the step as the job's progress once the save has committed (progress_guard); a
         background save's commit is seen at the next save, at wait() or as the process exits."""
-        meta = {"step": self.training.completed_steps, "micro_step": self.training.saved_micro_step,
-                "strategy": self.strategy.name, "loaders": self.training.positions()}
+        meta = self.meta()
         self.wait()  # a background save in flight commits (and is noted) first, as checkpointer.save would wait
         saved = self.checkpointer.save(folder, meta, async_save=async_save, purge=purge,
                                        before_write=self._run_save_hooks)
@@ -115,6 +114,11 @@ class TrainingCheckpoints:
             else:
                 progress_guard.note(meta["step"])
         return saved
+
+    def meta(self) -> dict:
+        """What a checkpoint records of the loop (every tier's)."""
+        return {"step": self.training.completed_steps, "micro_step": self.training.saved_micro_step,
+                "strategy": self.strategy.name, "loaders": self.training.positions()}
 
     def models_for_hooks(self) -> list:
         """The models as Accelerate hands them to save/load hooks: under DDP the user's own module (diffusers'
@@ -132,7 +136,7 @@ class TrainingCheckpoints:
         for hook in list(self.hooks.load.values()):
             hook(self.models_for_hooks(), str(folder))
 
-    def restore(self, meta: dict, folder: Path, mid_epoch: bool) -> ResumeInfo:
+    def restore(self, meta: dict, folder: Path, mid_epoch: bool, tier: str | None = None) -> ResumeInfo:
         """The loop's counters and each loader's place, from a loaded checkpoint's ``meta``: ``mid_epoch``, right
         after the last batch the checkpoint trained; else at the top of its epoch, unless the loader restores its
         own position (a script that skips by itself then lands where the checkpoint stopped). A checkpoint saved in
@@ -155,7 +159,8 @@ class TrainingCheckpoints:
         first = (meta.get("loaders") or [{"epoch": 0, "position": 0}])[0]
         self.on_resumed(training.completed_steps)
         if self.process.is_main_process:
-            preemption.log(f"resumed from {folder} (step {training.completed_steps})")
+            read = f", the {tier} tier" if tier else ""  # which tier of checkpoints: node, peer or shared
+            preemption.log(f"resumed from {folder} (step {training.completed_steps}{read})")
             for index, loader, point in moved:
                 unit = "samples" if point.unit == "sample" else "batches of its order"
                 which = f"loader {index}: " if len(training.loaders) > 1 else ""

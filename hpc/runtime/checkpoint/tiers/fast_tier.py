@@ -1,0 +1,269 @@
+"""The fast tier: hpc's own checkpoint in node memory every ``every`` steps, beside training.
+
+On the training thread, at the first batch after a step (the step is over, scheduler and script included), the
+state is copied into reused host buffers (the only time the loop is held); a thread then writes the copy in the
+checkpointer's format (checksummed files, manifest.json last: checkpointer.py's commit rules), sends it to the
+peer node (replication.py) and purges the older ones. Every rank holds the whole replicated state (a DDP model is
+the same on every rank) and its own random streams and stream readers, so any one rank's folder resumes the run;
+sharded state (FSDP, DeepSpeed) is not written to this tier (said once at the start).
+
+A save that does not fit (the tier's free memory below what it needs) or that fails writing turns the tier off for
+the rest of the run: every rank learns it at the next save (one all-reduce in the thread), the run guard saves to
+the shared tier instead, and one line says why. The job never fails for the fast tier.
+"""
+
+from __future__ import annotations
+
+import atexit
+import queue
+import shutil
+import sys
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpc.runtime.checkpoint import manifest
+from hpc.runtime.checkpoint.fileset import FileSet
+from hpc.runtime.checkpoint.formats import StagingBuffers
+from hpc.runtime.checkpoint.tiers.node_store import NodeStore
+from hpc.runtime.checkpoint.tiers.replication import Replication
+from hpc.runtime.process.seed import rng_state
+
+
+@dataclass
+class Saves:
+    """What the fast tier did since the last progress line (timeline ``progress.fast``)."""
+
+    step: int | None = None  # the newest fast-committed step
+    n: int = 0
+    stall_s: float = 0.0
+    replicas: int = 0  # nodes holding the newest one
+
+    def take(self) -> dict:
+        out = {"step": self.step, "n": self.n, "stall_s": round(self.stall_s, 4), "replicas": self.replicas}
+        self.n, self.stall_s = 0, 0.0
+        return out
+
+
+class FastTier:
+    """One rank's fast tier. ``strategy``: unwraps models; ``settings``: the profile's FastTier; ``meta()``: what
+    a checkpoint records of the loop (TrainingCheckpoints' meta)."""
+
+    def __init__(self, node: NodeStore, rank: int, world: int, local_world: int, training, precision, strategy,
+                 settings, job: str):
+        self.node, self.rank, self.world, self.local_world = node, rank, world, local_world
+        self.training, self.precision, self.strategy, self.settings = training, precision, strategy, settings
+        self.job = job
+        self.saves = Saves()
+        self.off: str | None = None  # why the tier is off (a fallback), once it is
+        self.fallback_due: str | None = None  # a failure every rank now knows of: the shared tier saves instead
+        self.replication: Replication | None = None
+        self._replication_made = False
+        self._staging = StagingBuffers()
+        # one writer thread for the run, fed a save at a time: starting a thread per save costs the loop a wait
+        # for it to be scheduled (tens of ms on a loaded node)
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread: threading.Thread | None = None
+        self._failed: str | None = None  # this rank's last save did not commit (why)
+        self._last_bytes = 0
+        self.drained = None  # (step, folder) -> None: a step drained into the shared tier (on the writer thread)
+        self._last_step: int | None = None
+
+    # --- saving ---------------------------------------------------------------------------------------
+    def due(self, step: int) -> bool:
+        return (self.off is None and step > 0 and step != self._last_step and step % self.settings.every == 0)
+
+    def save(self, step: int, meta: dict, drain_into: Path | None = None) -> float:
+        """Stage this step's state and write it in the background; returns the seconds the loop was held."""
+        started = time.monotonic()
+        self.wait()  # one save in flight: the previous one is committed and replicated first
+        if self.fallback_due or self.off:
+            return time.monotonic() - started
+        if not self._replication_made:  # every rank reaches its first save at the same step: the group is made here
+            self._replication_made = True
+            self.replication = Replication.make(self.rank, self.world, self.local_world, self.settings.replicas > 1)
+        self._last_step = step
+        staged = self._stage()
+        # this rank's folder and the copy of the previous node's rank it keeps (each about as big)
+        need = _bytes(staged) * (2 if self.copies else 1)
+        free = self.node.free_bytes()  # the oldest kept folder goes only once this one has committed
+        if need > free:
+            self._failed = (f"the fast tier {self.node.base} has {_size(free)} free, a save needs {_size(need)} "
+                            "(out of node memory)")
+            staged = None
+        meta = {**meta, "world_size": self.world, "format": "full", "rank": self.rank, "job": self.job,
+                "uid": self.node.uid}
+        self._idle.clear()
+        if self._thread is None:
+            self._thread = threading.Thread(target=_serve, args=(weakref.ref(self), self._jobs), name="hpc-fast-tier",
+                                            daemon=True)  # a node lost mid-send must not hold the process's exit
+            self._thread.start()
+            _tiers.add(self)
+        self._jobs.put((step, staged, meta, drain_into))
+        stall = time.monotonic() - started
+        self.saves.n += 1
+        self.saves.stall_s += stall
+        return stall
+
+    def _stage(self) -> dict:
+        """The state as the checkpointer names its files, copied where training cannot change it."""
+        training, rank = self.training, self.rank
+        state = {f"model_{i}.pt": self.strategy.unwrap(m).state_dict() for i, m in enumerate(training.models)}
+        state.update({f"optimizer_{i}.pt": o.state_dict() for i, o in enumerate(training.optimizers)})
+        state.update({f"scheduler_{i}.pt": s.state_dict() for i, s in enumerate(training.schedulers)})
+        state.update({f"custom_{i}.pt": o.state_dict() for i, o in enumerate(training.custom_objects)})
+        if self.precision.scaler is not None:
+            state["scaler.pt"] = self.precision.scaler.state_dict()
+        state[f"rng/rank{rank}.pt"] = rng_state()
+        readers = [dl.state_dict().get("reader") for dl in training.loaders]
+        if any(r is not None for r in readers):
+            state[f"loaders/rank{rank}.pt"] = readers
+        staged = self._staging.copy(state, "fast")
+        self._staging.synchronize()
+        return staged
+
+    def _write(self, step: int, staged: dict | None, meta: dict, drain_into: Path | None = None) -> None:
+        try:
+            self._write_and_send(step, staged, meta, drain_into)
+        finally:
+            self._idle.set()
+
+    def _write_and_send(self, step: int, staged: dict | None, meta: dict, drain_into: Path | None) -> None:
+        folder = None
+        if staged is not None:
+            folder = self._commit(step, staged, meta)
+        if folder is not None and drain_into is not None:
+            self._drain(folder, drain_into)
+        failed = self._failed is not None
+        if self.copies:
+            try:
+                copy, kept = self.replication.exchange(folder, lambda s: self.node.store(
+                    "peer", self.replication.source).step_dir(s))
+                if copy is not None:
+                    self.node.store("peer", self.replication.source).purge()
+                self.saves.replicas = int(folder is not None) + int(kept)
+                failed = self.replication.any_failed(failed)
+            except Exception as e:  # noqa: BLE001 - a peer lost mid-exchange: this save stays on this node only
+                self.saves.replicas = int(folder is not None)
+                self._failed = self._failed or f"the copy to the peer node failed: {e}"
+                failed = True
+        else:
+            self.saves.replicas = int(folder is not None)
+            if self.replication is not None:
+                failed = self.replication.any_failed(failed)
+        if folder is not None:
+            self.saves.step = step
+        if failed:
+            self.fallback_due = self._failed or "another rank's fast tier is full or failed"
+
+    def _commit(self, step: int, staged: dict, meta: dict) -> Path | None:
+        store = self.node.store("own", self.rank)
+        folder = store.step_dir(step)
+        try:
+            if folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir(parents=True, mode=0o700)
+            files = FileSet(folder, self.rank)
+            for name, obj in staged.items():
+                files.save(name, obj)
+            manifest.commit(folder, files.sums, meta, fsync=False)
+        except OSError as e:  # ENOSPC above all: a full tmpfs
+            shutil.rmtree(folder, ignore_errors=True)
+            self._failed = f"writing {folder} failed: {e.strerror or e} (out of node memory?)"
+            return None
+        self._last_bytes = sum(int(v["size"]) for v in files.sums.values())
+        store.purge()
+        return folder
+
+    def _drain(self, folder: Path, into: Path) -> None:
+        """The committed ``folder`` into the shared tier's step folder ``into``: every file, then its manifest
+        last (the same sizes and checksums), renamed into place whole; a folder already there (the script's own
+        save_state of this step) stands. ``drained(step, folder)`` hears of it; a failure is one line."""
+        work = into.with_name(f".{into.name}.draining")
+        try:
+            if into.exists():
+                return
+            shutil.rmtree(work, ignore_errors=True)
+            data = manifest.read(folder)
+            for name in data["files"]:
+                (work / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(folder / name, work / name)
+            meta = {k: v for k, v in data.items() if k not in ("files", "version", "committed_at", "rank", "job",
+                                                               "uid")}
+            manifest.commit(work, data["files"], {**meta, "from": "node"}, fsync=True)
+            work.rename(into)
+        except OSError as e:
+            shutil.rmtree(work, ignore_errors=True)
+            print(f"hpc: the fast tier's step {folder.name} was not drained to {into.parent}: {e}", file=sys.stderr,
+                  flush=True)
+            return
+        if self.drained is not None:
+            self.drained(int(data["step"]), into)
+
+    @property
+    def copies(self) -> bool:
+        return self.replication is not None and self.replication.copies
+
+    def wait(self, timeout: float | None = None) -> None:
+        self._idle.wait(timeout)
+
+    def fell_back(self) -> str:
+        """The shared tier takes over: the fast tier is off from here on. Returns the reason (said once)."""
+        why, self.fallback_due = self.fallback_due or "", None
+        self.off = why
+        if self.rank == 0:
+            print(f"hpc: fast tier off, checkpoints go to the shared tier: {why}", file=sys.stderr, flush=True)
+        return why
+
+    def close(self, remove: bool) -> None:
+        """The run is over: the last save finishes; ``remove`` (the job's end, not a requeue) frees the memory.
+        A save whose peer never saved the same step (a loop on one rank only after the last step) is not waited
+        for beyond a few seconds: the writer is a daemon thread."""
+        self.wait(EXIT_WAIT_S)
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread = None
+        if remove:
+            self.node.remove()
+
+
+def _serve(tier_ref, jobs: queue.SimpleQueue) -> None:
+    """The writer thread: one save after the other; it ends with its tier (None is put by close)."""
+    while (job := jobs.get()) is not None:
+        tier = tier_ref()
+        if tier is None:
+            return
+        tier._write(*job)
+        del tier
+
+
+# the tiers whose save may be in flight as the process exits (a crash, an exit without end_training): given a few
+# seconds to commit and reach the peer (milliseconds when both ends are alive), never held for a peer that is gone
+_tiers: weakref.WeakSet = weakref.WeakSet()
+EXIT_WAIT_S = 5.0
+
+
+@atexit.register
+def _finish_in_flight() -> None:
+    for tier in list(_tiers):
+        tier.wait(EXIT_WAIT_S)
+
+
+def _bytes(obj) -> int:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_bytes(v) for v in obj)
+    return 64
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"

@@ -1,0 +1,127 @@
+"""The fast tier as the run guard drives it: a save at the first batch after every ``every``-th step and at a stop
+(before the shared tier's), the fallback to the shared tier, the resume choice across tiers, and the folder's
+removal at the run's end (kept over a requeue: the next attempt on the same nodes reads it)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from hpc.errors import HpcError
+from hpc.runtime.checkpoint.tiers import choice
+from hpc.runtime.checkpoint.tiers.fast_tier import EXIT_WAIT_S, FastTier
+from hpc.runtime.checkpoint.tiers.node_store import NodeStore, job_key, slurm_running
+from hpc.runtime.process import collectives
+from hpc.runtime.process.process_state import ProcessState
+from hpc.runtime.resilience.training_checkpoints import TrainingCheckpoints
+
+
+class FastSaves:
+    def __init__(self, process: ProcessState, checkpoints: TrainingCheckpoints, in_job: bool):
+        self.process, self.checkpoints = process, checkpoints
+        self.fast: FastTier | None = None
+        self.on_drained: Callable[[int, Path], None] | None = None  # the run guard's note of a drained step
+        settings = checkpoints.options.fast_tier
+        if settings is None or not in_job:
+            return
+        job = job_key()
+        node = NodeStore(settings.directory, job)
+        problem = None
+        try:
+            node.open()
+            if process.is_local_main_process:  # another job's folder, left by a kill: its memory back to the node
+                node.sweep(slurm_running)
+        except (HpcError, OSError) as e:
+            problem = f"{e}"
+        # on every rank or on none: its saves and the resume choice are collectives
+        problems = [p for p in collectives.gather_object_across(problem, process.world_size) if p]
+        if problems:
+            self._say(f"fast tier off: {problems[0]}")
+            return
+        self.fast = FastTier(node, process.rank, process.world_size, process.env.local_world_size,
+                             checkpoints.training, checkpoints.precision, checkpoints.strategy, settings, job)
+        self._drained_step, self._drained_at = 0, time.monotonic()
+        if process.is_main_process:
+            self.fast.drained = self._drained
+
+    @property
+    def on(self) -> bool:
+        return self.fast is not None and self.fast.off is None
+
+    def _say(self, line: str) -> None:
+        if self.process.is_main_process:
+            print(f"hpc: {line}", file=sys.stderr, flush=True)
+
+    def step_boundary(self, save_shared: Callable[[str], None], stopping: bool = False) -> None:
+        """Every rank, at the same point: save to the fast tier if due (or ``stopping``: this step, now, before the
+        shared tier's save). ``save_shared(reason)``: the shared tier's save when the fast tier has just failed."""
+        fast = self.fast
+        if fast is None or fast.off is not None:
+            return
+        step = self.checkpoints.training.completed_steps
+        if not (fast.due(step) or (stopping and step != fast._last_step and step > 0)):
+            if stopping:
+                fast.wait()
+            return
+        if not self.checkpoints.checkpointer.alone:
+            fast.off = "sharded state (FSDP, DeepSpeed) is saved to the shared tier only"
+            self._say(f"fast tier off: {fast.off}")
+            return
+        fast.wait()
+        if fast.fallback_due:
+            save_shared(fast.fell_back())
+            return
+        fast.save(step, self.checkpoints.meta(), drain_into=self._drain_into(step))
+        if stopping:
+            fast.wait()
+
+    def _drain_into(self, step: int) -> Path | None:
+        """Rank 0: the shared tier's folder for this step when a drain is due (``drain_steps`` steps or
+        ``drain_minutes`` since the last); the replicated state is whole in rank 0's folder, the other ranks'
+        random streams are not drained (a resume from it keeps theirs, in one line)."""
+        settings = self.fast.settings
+        if not self.process.is_main_process or not (settings.drain_steps or settings.drain_minutes):
+            return None
+        due = (settings.drain_steps and step - self._drained_step >= settings.drain_steps) or (
+            settings.drain_minutes and time.monotonic() - self._drained_at >= 60 * settings.drain_minutes)
+        if not due:
+            return None
+        self._drained_step, self._drained_at = step, time.monotonic()
+        return self.checkpoints.checkpointer.store.step_dir(step)
+
+    def _drained(self, step: int, folder: Path) -> None:
+        """On the writer thread: the shared tier has this step now (the timeline's save line; the job's progress;
+        the shared store keeps its newest few)."""
+        if self.on_drained is not None:
+            self.on_drained(step, folder)
+        self.checkpoints.checkpointer.store.purge(background=False)
+
+    def progress(self) -> dict:
+        return {"fast": self.fast.saves.take()} if self.fast is not None else {}
+
+    def choose(self) -> choice.Choice | None:
+        """The fast tier's checkpoint to resume from when it is as new as the shared tier's or newer, else None
+        (every rank the same answer)."""
+        if self.fast is None:
+            return None
+        world = self.process.world_size
+        picked = choice.choose(self.fast.node, self.fast.job, self.process.rank,
+                               lambda obj: collectives.gather_object_across(obj, world))
+        if picked is None:
+            return None
+        shared = self.checkpoints.checkpointer.store.committed() if self.process.is_main_process else None
+        newest_shared = collectives.gather_object_across(shared[0].step if shared else None, world)[0]
+        return picked if newest_shared is None or picked.step >= newest_shared else None
+
+    def close(self, remove: bool) -> None:
+        """The run is over; ``remove`` (not a requeue): the node's copy goes once every rank is done with it."""
+        if self.fast is None:
+            return
+        self.fast.wait(EXIT_WAIT_S)
+        if remove:
+            self.process.barrier()
+            if self.process.is_local_main_process:
+                self.fast.node.remove()
+        self.fast.close(remove=False)

@@ -1,0 +1,65 @@
+"""The fast checkpoint tier end to end, on two ranks that stand for two nodes (LOCAL_WORLD_SIZE 1): each saves every
+step into node memory and sends its folder to the other; both crash at step 7; what node 1 held is lost; the next
+attempt resumes from step 6 (one step trained twice, against the shared tier's step 4) off node 0's memory, rank 1
+from the copy node 0 kept of its folder, and trains on to the same losses and weights as a straight run.
+A lost node on the real cluster (its own /dev/shm gone with it): tests/test_elastic_slurm.py."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from hpc.contract.launch_settings import FastTier
+from hpc.contract.runtime_config import RuntimeConfig
+from tests.jobhelpers import RESUME_WORKER, launch_env, start_straight_run, straight_run
+from tests.test_checkpoint import assert_same_run
+
+# test_checkpoint.py's local requeue trains the same: one straight run serves both in a session
+SPEC = {"strategy": "ddp", "steps": 16, "save_every": 4}
+
+
+def _two_nodes(tmp: Path, run: dict, port: int, restart: int = 0) -> list[subprocess.CompletedProcess]:
+    env = {**launch_env(), "HPC_RUNTIME_CONFIG": str(tmp / "runtime.json"), "HPC_JOB_DIR": str(tmp / "job"),
+           "MASTER_ADDR": socket.gethostname(), "MASTER_PORT": str(port), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1",
+           "LOCAL_RANK": "0", "OMP_NUM_THREADS": "1", "HPC_RESTART_COUNT": str(restart)}
+    procs = [subprocess.Popen([sys.executable, str(RESUME_WORKER), json.dumps(run)], cwd=tmp, text=True,
+                              env={**env, "RANK": str(r), "GROUP_RANK": str(r)}, stderr=subprocess.PIPE)
+             for r in range(2)]
+    try:
+        return [subprocess.CompletedProcess(p.args, p.wait(timeout=300), None, p.stderr.read()) for p in procs]
+    finally:
+        for p in procs:  # a rank left waiting for the other must not outlive the test
+            p.kill()
+
+
+def test_a_lost_nodes_ranks_resume_from_the_copy_the_other_node_kept_and_train_exactly(tmp_path):
+    start_straight_run(SPEC, tmp_path)  # in the background meanwhile (or the session's, if it ran already)
+    memory = tmp_path / "shm"
+    memory.mkdir()
+    (tmp_path / "job" / "tasks").mkdir(parents=True)
+    RuntimeConfig(fast_tier=FastTier(enabled=True, directory=str(memory))).write(tmp_path / "runtime.json")
+    run = {**SPEC, "project": str(tmp_path / "b"), "out": str(tmp_path / "b.pt"), "crash_at": 7}
+    port = 29000 + os.getpid() % 2000
+    crashed = _two_nodes(tmp_path, run, port)
+    assert all(p.returncode != 0 and "planned crash at step 7" in p.stderr for p in crashed)
+    job = memory / f"hpc-{os.getuid()}-job"
+    assert (job / "own" / "rank-1" / "step-6" / "manifest.json").exists()
+    assert (job / "peer" / "rank-1" / "step-6" / "manifest.json").exists()  # node 0's copy of rank 1's folder
+    # node 1 is lost with its memory: its own folders and the copy it kept of node 0's; the shared tier has step 4
+    for gone in (job / "own" / "rank-1", job / "peer" / "rank-0"):
+        shutil.rmtree(gone)
+    resumed = _two_nodes(tmp_path, run, port + 1, restart=1)
+    assert all(p.returncode == 0 for p in resumed), resumed[0].stderr[-3000:] + resumed[1].stderr[-3000:]
+    said = [line for line in resumed[0].stderr.splitlines() if "resumed from" in line]
+    assert len(said) == 1 and "the peer tier" in said[0], resumed[0].stderr[-3000:]
+    assert "(step 6, the peer tier)" in said[0], said  # step 7 alone is trained twice (the shared tier has 4)
+    events = [json.loads(x) for x in (tmp_path / "job" / "tasks" / "0.timeline").read_text().splitlines()]
+    back = [e for e in events if e["event"] == "resumed"]
+    assert back[-1]["tier"] == "peer" and back[-1]["step"] == 6 and "/own/rank-0/" in back[-1]["folder"]
+    assert_same_run(straight_run(SPEC, tmp_path), torch.load(tmp_path / "b.pt", weights_only=False))
+    assert not job.exists()  # the run ended: its memory went back to the node

@@ -1,0 +1,145 @@
+"""The fast checkpoint tier in node memory (issue 41), on one process: its folder is private and this job's alone,
+its saves are committed in the checkpointer's format and a damaged one is skipped, a full tier turns into one line
+and a shared-tier save, and the folder goes at the run's end. Two ranks resuming from it (node and peer copies):
+tests/test_fast_tier_slurm.py; a requeue reading it: tests/test_checkpoint.py's local requeue."""
+
+import os
+import types
+
+import pytest
+import torch
+
+from hpc.contract.launch_settings import FastTier as FastTierSettings
+from hpc.errors import HpcError
+from hpc.runtime.checkpoint import manifest
+from hpc.runtime.checkpoint.store import CheckpointStore
+from hpc.runtime.checkpoint.tiers import choice
+from hpc.runtime.checkpoint.tiers.fast_tier import FastTier
+from hpc.runtime.checkpoint.tiers.node_store import NodeStore, job_key
+from hpc.runtime.process.training_state import TrainingState
+
+
+def _tier(base, job="41", **settings) -> FastTier:
+    node = NodeStore(base, job)
+    node.open()
+    # no optimizer: the first one made in a process imports torch's compiler (1.5 s); the format is the same
+    training = TrainingState(models=[torch.nn.Linear(4, 2)])
+    return FastTier(node, 0, 1, 1, training, types.SimpleNamespace(scaler=None),
+                    types.SimpleNamespace(unwrap=lambda m: m), FastTierSettings(enabled=True, **settings), job)
+
+
+def _meta(step: int) -> dict:
+    return {"step": step, "micro_step": step, "strategy": "ddp", "loaders": []}
+
+
+def _one(obj) -> list:  # the gather of a run of one process
+    return [obj]
+
+
+def test_the_jobs_folder_is_private_and_a_folder_not_ours_or_open_to_others_is_refused(tmp_path):
+    node = NodeStore(tmp_path, "41")
+    path = node.open()
+    assert path.name == f"hpc-{os.getuid()}-41" and (path.stat().st_mode & 0o777) == 0o700
+    path.chmod(0o755)
+    with pytest.raises(HpcError, match="others can enter it"):
+        node.open()
+    assert node.holdings() == []  # nothing in it is read either
+    path.chmod(0o700)
+    stranger = NodeStore(tmp_path, "41", uid=os.getuid() + 4242)  # the same folder, seen by another user
+    stranger.path = path
+    with pytest.raises(HpcError, match="belongs to uid"):
+        stranger.open()
+    link = NodeStore(tmp_path, "42")
+    link.path.symlink_to(path)
+    with pytest.raises(HpcError, match="symbolic link"):
+        link.open()
+
+
+def test_saves_commit_in_the_checkpointers_format_and_a_damaged_newest_is_skipped(tmp_path, capsys):
+    tier = _tier(tmp_path)
+    for step in (1, 2):
+        assert tier.due(step)
+        tier.save(step, _meta(step))
+        tier.wait()
+        tier.training.models[0].weight.data.add_(1.0)  # the next step changes the weights
+    assert tier.saves.take() == {"step": 2, "n": 2, "stall_s": pytest.approx(tier.saves.stall_s, abs=1),
+                                 "replicas": 1}
+    newest = tier.node.store("own", 0).step_dir(2)
+    data = manifest.read(newest)
+    assert data["format"] == "full" and data["rank"] == 0 and data["job"] == "41"
+    assert manifest.check(newest, data) is None and {"model_0.pt", "rng/rank0.pt"} <= set(
+        data["files"])
+    assert choice.choose(tier.node, "41", 0, _one) == choice.Choice(2, newest, "node")
+    weights = newest / "model_0.pt"
+    raw = bytearray(weights.read_bytes())
+    raw[-20] ^= 0xFF
+    weights.write_bytes(bytes(raw))
+    picked = choice.choose(tier.node, "41", 0, _one)
+    assert picked.step == 1 and picked.tier == "node"
+    assert "skipping the fast-tier checkpoint" in capsys.readouterr().err
+    loaded = torch.load(picked.path / "model_0.pt", weights_only=True)
+    assert torch.equal(loaded["weight"] + 2.0, tier.training.models[0].weight.data)
+
+
+def test_another_jobs_or_users_checkpoints_are_never_read_and_a_gone_jobs_folder_is_swept(tmp_path):
+    old = _tier(tmp_path, job="40")
+    old.save(3, _meta(3))
+    old.wait()
+    assert choice.choose(NodeStore(tmp_path, "41"), "41", 0, _one) is None  # the job's own folder only
+    # a folder of ours named for this job but holding another job's manifest: not loaded
+    (tmp_path / f"hpc-{os.getuid()}-40").rename(tmp_path / f"hpc-{os.getuid()}-41")
+    assert choice.choose(NodeStore(tmp_path, "41"), "41", 0, _one) is None
+    (tmp_path / f"hpc-{os.getuid()}-41").rename(tmp_path / f"hpc-{os.getuid()}-40")
+    foreign = tmp_path / f"hpc-{os.getuid() + 4242}-7"
+    foreign.mkdir(mode=0o700)
+    current = NodeStore(tmp_path, "41")
+    current.open()
+    assert current.sweep(lambda jobs: {"40"}) == [] and old.node.path.exists()  # still running: kept
+    assert current.sweep(lambda jobs: set()) == [old.node.path] and not old.node.path.exists()
+    assert foreign.exists() and current.path.exists()  # another user's, and our own job's, untouched
+
+
+def test_a_full_tier_writes_nothing_and_says_so_in_one_line(tmp_path, capsys, monkeypatch):
+    tier = _tier(tmp_path)
+    monkeypatch.setattr(tier.node, "free_bytes", lambda: 100)  # a node whose memory is taken by the job
+    tier.save(1, _meta(1))
+    tier.wait()
+    assert tier.fallback_due and "out of node memory" in tier.fallback_due
+    assert not tier.node.store("own", 0).committed() and tier.saves.step is None
+    why = tier.fell_back()
+    assert not tier.due(2) and tier.off == why
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fast tier off, checkpoints go to the shared tier" in err
+
+
+def test_the_folder_goes_at_the_end_and_stays_over_a_requeue(tmp_path):
+    tier = _tier(tmp_path)
+    tier.save(1, _meta(1))
+    tier.close(remove=False)  # a requeue: the next attempt on this node reads it
+    assert tier.node.store("own", 0).committed()
+    tier.close(remove=True)
+    assert not tier.node.path.exists()
+
+
+def test_the_job_key_is_slurms_job_id_kept_over_a_requeue():
+    assert job_key({"SLURM_JOB_ID": "123"}) == "123"
+    assert job_key({"SLURM_JOB_ID": "123", "SLURM_ARRAY_TASK_ID": "4"}) == "123_4"
+    assert job_key({"HPC_JOB_DIR": "/x/jobs/20261201-abc"}) == "20261201-abc"
+
+
+def test_a_drain_copies_the_newest_into_the_shared_tier_committed_and_leaves_a_save_of_the_script_alone(tmp_path):
+    (tmp_path / "node").mkdir()
+    tier = _tier(tmp_path / "node", drain_steps=1)
+    heard = []
+    tier.drained = lambda step, folder: heard.append((step, folder))
+    shared = CheckpointStore(tmp_path / "shared")
+    tier.save(1, _meta(1), drain_into=shared.step_dir(1))
+    tier.wait()
+    data = manifest.read(shared.step_dir(1))
+    assert manifest.check(shared.step_dir(1), data) is None and data["from"] == "node" and data["step"] == 1
+    assert "job" not in data and "rank" not in data and data["format"] == "full"
+    assert heard == [(1, shared.step_dir(1))] and shared.newest_good().step == 1
+    shared.step_dir(2).mkdir()  # the script's own save_state of step 2, under way
+    tier.save(2, _meta(2), drain_into=shared.step_dir(2))
+    tier.wait()
+    assert list(shared.step_dir(2).iterdir()) == [] and len(heard) == 1
