@@ -7,6 +7,7 @@ from hpc.runtime.data.adapters import (
     DataLoaderShard,
     DataLoaderStateMixin,
     SkipDataLoader,
+    logger,
 )
 from hpc.runtime.data.loader import (
     DataLoaderConfiguration,
@@ -17,9 +18,6 @@ from hpc.runtime.data.loader import (
     skip_first_batches,
 )
 from hpc.runtime.data.sampler_shards import BatchSamplerShard, IterableDatasetShard, SkipBatchSampler, get_sampler
-from hpc.runtime.tracking.rank_logging import get_logger
-
-logger = get_logger(__name__)
 
 __all__ = ["BatchSamplerShard", "DataLoaderAdapter", "DataLoaderConfiguration", "DataLoaderDispatcher",
            "DataLoaderShard", "DataLoaderStateMixin", "IterableDatasetShard", "PreparedDataLoader",

@@ -21,6 +21,9 @@ from hpc.runtime.configuration import DataLoaderConfiguration
 from hpc.runtime.data.prepare import PreparedDataLoader, _stateful_class
 from hpc.runtime.data.sampler_shards import get_sampler
 from hpc.runtime.process.gradient_state import GradientState
+from hpc.runtime.tracking.rank_logging import get_logger
+
+logger = get_logger(__name__)
 
 
 def _new(cls):
