@@ -6,6 +6,7 @@ from hpc.runtime.data.adapters import (
     DataLoaderDispatcher,
     DataLoaderShard,
     DataLoaderStateMixin,
+    MpDeviceLoaderWrapper,
     SkipDataLoader,
     logger,
 )
@@ -20,6 +21,7 @@ from hpc.runtime.data.loader import (
 from hpc.runtime.data.sampler_shards import BatchSamplerShard, IterableDatasetShard, SkipBatchSampler, get_sampler
 
 __all__ = ["BatchSamplerShard", "DataLoaderAdapter", "DataLoaderConfiguration", "DataLoaderDispatcher",
-           "DataLoaderShard", "DataLoaderStateMixin", "IterableDatasetShard", "PreparedDataLoader",
+           "DataLoaderShard", "DataLoaderStateMixin", "IterableDatasetShard", "MpDeviceLoaderWrapper",
+           "PreparedDataLoader",
            "SeedableRandomSampler", "SkipBatchSampler", "SkipDataLoader", "SkipFirstBatches", "get_sampler", "logger",
            "prepare_data_loader", "skip_first_batches"]

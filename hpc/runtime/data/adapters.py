@@ -229,3 +229,11 @@ def prepared_loader(loader: DataLoader, config: DataLoaderConfiguration, **engin
         isinstance(loader.dataset, IterableDataset)
     cls = DataLoaderDispatcher if dispatch else DataLoaderShard
     return cls.from_loader(loader, config=config, **engine)
+
+
+class MpDeviceLoaderWrapper:
+    """Accelerate's loader for PyTorch/XLA (TPU) devices. hpc runs no XLA: building one says so in one line."""
+
+    def __init__(self, dataloader, device):
+        raise HpcError("MpDeviceLoaderWrapper needs PyTorch/XLA (a TPU), which hpc does not run on",
+                       fix="use the loader prepare() returns (a DataLoaderShard) as it is")

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 
 from hpc.errors import HpcError
@@ -51,7 +53,18 @@ def prepare_data_loader(dataloader: DataLoader, device=None, num_processes: int 
                                      data_seed=data_seed, non_blocking=non_blocking,
                                      use_stateful_dataloader=use_stateful_dataloader)
     return prepared_loader(dataloader, config, world=num_processes, rank=process_index,
-                           device=device if put_on_device else None)
+                           device=device if put_on_device else None, seed=_torch_seed(num_processes))
+
+
+def _torch_seed(world: int) -> int:
+    """The order's seed without an Accelerator: torch's (set_seed(21) and set_seed(42) shuffle differently, as
+    Accelerate's loaders, which draw from torch's generator), rank 0's where the ranks were seeded apart."""
+    seed = torch.initial_seed() % 2**31  # epoch_seed multiplies it: kept within a generator's seed range
+    if world > 1 and dist.is_available() and dist.is_initialized():
+        box = [seed]
+        dist.broadcast_object_list(box, src=0)
+        seed = box[0]
+    return seed
 
 
 # the DataLoader keywords a rebuilt loader takes from the original (Accelerate's list, torch 2.0 onward)
