@@ -193,7 +193,7 @@ def test_tracker_names_hpc_cannot_start_are_one_line(tmp_path):
             print(type(e).__name__, e)
     """)
     (tmp_path / "t.py").write_text(script)
-    for name, expected in [("swanlab", "log_with='swanlab' is not wired up in hpc yet"),
+    for name, expected in [("swanlab", "log_with='swanlab': the swanlab package is not installed"),
                            ("wandbb", "log_with='wandbb' is not a tracker hpc knows")]:
         proc = subprocess.run([sys.executable, "t.py", name], cwd=tmp_path, env=launch_env(), capture_output=True,
                               text=True, timeout=120)

@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+import torch
+import torch.distributed as dist
 from torch.utils.data import DataLoader, IterableDataset
 
 from hpc.errors import HpcError
 from hpc.runtime.configuration import DataLoaderConfiguration
+from hpc.runtime.data.adapters import SkipDataLoader, prepared_loader
 from hpc.runtime.data.prepare import PreparedDataLoader, SkipFirstBatches
+from hpc.runtime.data.sampler_shards import SkipBatchSampler
 from hpc.runtime.data.samplers import SeedableRandomSampler
 
-__all__ = ["SeedableRandomSampler", "prepare_data_loader", "skip_first_batches"]
+__all__ = ["DataLoaderConfiguration", "PreparedDataLoader", "SeedableRandomSampler", "SkipFirstBatches",
+           "prepare_data_loader", "skip_first_batches"]
 
 
 def prepare_data_loader(dataloader: DataLoader, device=None, num_processes: int | None = None,
@@ -18,8 +23,15 @@ def prepare_data_loader(dataloader: DataLoader, device=None, num_processes: int 
                         rng_types=None, dispatch_batches: bool | None = None, even_batches: bool = True,
                         slice_fn_for_dispatch=None, use_seedable_sampler: bool = False, data_seed: int | None = None,
                         non_blocking: bool = False, use_stateful_dataloader: bool = False, torch_device_mesh=None):
-    """This process's share of ``dataloader`` (what Accelerator.prepare gives), without an Accelerator. Unset
-    facts come from PartialState(); batches stay on the CPU unless ``put_on_device``."""
+    """This process's share of ``dataloader`` (what Accelerator.prepare gives: a DataLoaderShard, or a
+    DataLoaderDispatcher with ``dispatch_batches``), without an Accelerator. Unset facts come from PartialState();
+    batches stay where they are loaded unless ``put_on_device``. As Accelerate's, rank 0 reads for all
+    (``dispatch_batches``) only when asked, or by default for an iterable dataset put on the device."""
+    if dispatch_batches is None:
+        dispatch_batches = put_on_device and isinstance(dataloader.dataset, IterableDataset)
+    if dispatch_batches and not put_on_device:
+        raise HpcError("prepare_data_loader(dispatch_batches=True) needs put_on_device=True: rank 0 sends each "
+                       "process its batch on the process's device", fix="pass put_on_device=True")
     if slice_fn_for_dispatch is not None or torch_device_mesh is not None:
         raise HpcError("prepare_data_loader(slice_fn_for_dispatch/torch_device_mesh) is not supported by hpc",
                        fix="drop it: each rank is sent its own whole batch")
@@ -40,39 +52,38 @@ def prepare_data_loader(dataloader: DataLoader, device=None, num_processes: int 
                                      even_batches=even_batches, use_seedable_sampler=use_seedable_sampler,
                                      data_seed=data_seed, non_blocking=non_blocking,
                                      use_stateful_dataloader=use_stateful_dataloader)
-    return PreparedDataLoader(dataloader, world=num_processes, rank=process_index,
-                              device=device if put_on_device else "cpu", config=config)
+    return prepared_loader(dataloader, config, world=num_processes, rank=process_index,
+                           device=device if put_on_device else None, seed=_torch_seed(num_processes))
 
 
-class _SkipBatchSampler:
-    """A batch sampler's batches after the first ``skip``: the skipped ones are never loaded."""
-
-    def __init__(self, batch_sampler, skip: int):
-        self.batch_sampler, self.skip = batch_sampler, skip
-
-    def __iter__(self):
-        for index, batch in enumerate(self.batch_sampler):
-            if index >= self.skip:
-                yield batch
-
-    def __len__(self) -> int:
-        return max(0, len(self.batch_sampler) - self.skip)
+def _torch_seed(world: int) -> int:
+    """The order's seed without an Accelerator: torch's (set_seed(21) and set_seed(42) shuffle differently, as
+    Accelerate's loaders, which draw from torch's generator), rank 0's where the ranks were seeded apart."""
+    seed = torch.initial_seed() % 2**31  # epoch_seed multiplies it: kept within a generator's seed range
+    if world > 1 and dist.is_available() and dist.is_initialized():
+        box = [seed]
+        dist.broadcast_object_list(box, src=0)
+        seed = box[0]
+    return seed
 
 
-class _SkipIterating:
-    """An iterable dataset's loader after its first ``skip`` batches: they must be read to be passed over."""
+# the DataLoader keywords a rebuilt loader takes from the original (Accelerate's list, torch 2.0 onward)
+_LOADER_KEYWORDS = {"num_workers": 0, "collate_fn": None, "pin_memory": False, "timeout": 0, "worker_init_fn": None,
+                    "multiprocessing_context": None, "generator": None, "prefetch_factor": 2,
+                    "persistent_workers": False, "pin_memory_device": ""}
 
-    def __init__(self, loader: DataLoader, skip: int):
-        self.loader, self.skip = loader, skip
 
-    def __iter__(self):
-        for index, batch in enumerate(self.loader):
-            if index >= self.skip:
-                yield batch
+def _loader_keywords(loader: DataLoader) -> dict:
+    out = {key: getattr(loader, key, default) for key, default in _LOADER_KEYWORDS.items()}
+    if not out["num_workers"]:
+        out["prefetch_factor"] = None  # torch refuses a prefetch factor without workers
+    return out
 
 
 def skip_first_batches(dataloader, num_batches: int = 0):
-    """The rest of the dataloader's current epoch after ``num_batches`` batches (prepared by the Accelerator or not)."""
+    """The rest of the dataloader's current epoch after ``num_batches`` batches. A prepared loader gives an object of
+    its own class (DataLoaderShard or DataLoaderDispatcher) that shares its state; a plain DataLoader a DataLoader
+    over a SkipBatchSampler, or for an iterable dataset a SkipDataLoader (which reads the skipped batches)."""
     if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
         raise HpcError(f"skip_first_batches(num_batches={num_batches!r}) must be a whole number >= 0",
                        fix="use 0 or more")
@@ -81,11 +92,11 @@ def skip_first_batches(dataloader, num_batches: int = 0):
     if not isinstance(dataloader, DataLoader):
         raise HpcError(f"skip_first_batches takes a DataLoader, not a {type(dataloader).__name__}",
                        fix="pass a torch DataLoader or one returned by accelerator.prepare()")
+    keywords = _loader_keywords(dataloader)
     if isinstance(dataloader.dataset, IterableDataset) or dataloader.batch_sampler is None:
-        return _SkipIterating(dataloader, num_batches)
-    return DataLoader(dataloader.dataset, batch_sampler=_SkipBatchSampler(dataloader.batch_sampler, num_batches),
-                      num_workers=dataloader.num_workers, collate_fn=dataloader.collate_fn,
-                      pin_memory=dataloader.pin_memory, timeout=dataloader.timeout,
-                      worker_init_fn=dataloader.worker_init_fn, generator=dataloader.generator,
-                      prefetch_factor=dataloader.prefetch_factor,
-                      persistent_workers=dataloader.persistent_workers)
+        return SkipDataLoader(dataloader.dataset, skip_batches=num_batches, batch_size=dataloader.batch_size,
+                              drop_last=dataloader.drop_last,
+                              **({"sampler": dataloader.sampler} if dataloader.batch_sampler is None and not
+                                 isinstance(dataloader.dataset, IterableDataset) else {}), **keywords)
+    return DataLoader(dataloader.dataset, batch_sampler=SkipBatchSampler(dataloader.batch_sampler, num_batches),
+                      **keywords)

@@ -29,6 +29,7 @@ from hpc.runtime.configuration import DataLoaderConfiguration
 from hpc.runtime.data.plan import MapPlan
 from hpc.runtime.data.position import EpochPoint, Shape
 from hpc.runtime.data.readers import MapReader, StreamReader
+from hpc.runtime.data.sampler_shards import BatchSamplerShard
 from hpc.runtime.data.shards import ShardLayout
 from hpc.runtime.process.gradient_state import GradientState
 from hpc.runtime.process.nest import send_to_device
@@ -69,7 +70,9 @@ class PreparedDataLoader:
                  config: DataLoaderConfiguration | None = None, seed: int = 0, gradient_state=None,
                  training: TrainingState | None = None):
         config = config or DataLoaderConfiguration()
-        self.dataset, self.config, self.device = loader.dataset, config, torch.device(device)
+        self.dataset, self.config = loader.dataset, config
+        self.device = torch.device(device) if device is not None else None  # None: batches stay where loaded
+        self.base_dataloader = loader  # the user's loader: what hpc reads with is built from its settings
         self.gradient_state = gradient_state if gradient_state is not None else GradientState()
         self.training = training if training is not None else TrainingState()
         seed = config.data_seed if config.data_seed is not None else seed
@@ -98,7 +101,8 @@ class PreparedDataLoader:
         self._checkpoint_point: EpochPoint | None = None  # set by an explicit load_state until the next pass
         self._derived_skip: int | None = None  # the skip a script computes from the checkpoint's step count
         self._ended_epoch: int | None = None  # the epoch an explicit load_state's checkpoint had finished
-        self._non_blocking = config.non_blocking or self.device.type == "cuda"
+        self._non_blocking = config.non_blocking or getattr(self.device, "type", None) == "cuda"
+        self.end_of_dataloader, self.remainder = False, -1  # Accelerate's DataLoaderStateMixin, per loader
 
     @property
     def batch_sampler(self):
@@ -133,6 +137,20 @@ class PreparedDataLoader:
             self._start, self._checkpoint_point = 0, None
             self._new_pass()
         self._epoch = epoch
+        # told now as well as before the pass (as Accelerate's set_epoch does): scripts read it back
+        aware = self._plan._epochs_aware if self._plan is not None else [self.dataset]
+        for part in aware:
+            if callable(getattr(part, "set_epoch", None)):
+                part.set_epoch(epoch)
+
+    @property
+    def iteration(self) -> int:
+        """Accelerate's name for the epoch the next pass runs."""
+        return self._epoch
+
+    @iteration.setter
+    def iteration(self, epoch: int) -> None:
+        self.set_epoch(epoch)
 
     # --- where the epoch stands ---------------------------------------------------------------------
     @property
@@ -294,16 +312,17 @@ class PreparedDataLoader:
         between = self.unit == "sample" and self._start % self._round != 0
         self._use_layout(dataclasses.replace(self.layout, balance_last=between))
         gradient.enter_dataloader(self)
+        self.end_of_dataloader, self.remainder = False, -1
         try:
             first = True
             for batch, last, remainder in self._reader.batches(self._epoch, self._start):
                 self.training.before_batch(self, first)
                 first = False
                 self._handed += 1
-                gradient.end_of_dataloader = last
-                gradient.remainder = remainder if last else -1
+                gradient.end_of_dataloader = self.end_of_dataloader = last
+                gradient.remainder = self.remainder = remainder if last else -1
                 self.training.on_progress("batch")
-                yield send_to_device(batch, self.device, self._non_blocking)
+                yield batch if self.device is None else send_to_device(batch, self.device, self._non_blocking)
         finally:
             gradient.leave_dataloader(self)
         self._start = 0
@@ -311,10 +330,12 @@ class PreparedDataLoader:
         self._epoch += 1  # the next pass reshuffles; seeded, so a restart repeats it
 
 
-class ShardView:
-    """What `prepared.batch_sampler` shows (Accelerate's BatchSamplerShard's attributes), read live."""
+class ShardView(BatchSamplerShard):
+    """What `prepared.batch_sampler` is: Accelerate's BatchSamplerShard over the batch sampler whose batches are
+    dealt (the user's own is kept), its settings read live from the loader. Iterating it deals as Accelerate's
+    does; the loader itself deals by position (shards), which is what resumes at another world size."""
 
-    def __init__(self, prepared: PreparedDataLoader):
+    def __init__(self, prepared: PreparedDataLoader):  # not super().__init__: these are read live
         self._prepared = prepared
         plan = prepared._plan
         self.batch_sampler = plan.batch_sampler if plan.batch_sampler is not None else BatchSampler(
@@ -337,9 +358,15 @@ class ShardView:
     def even_batches(self) -> bool:
         return self._prepared.layout.even
 
+    @even_batches.setter
+    def even_batches(self, even: bool) -> None:
+        """Accelerate's join_uneven_inputs sets it on each loader's batch sampler: the loader deals so from then."""
+        self._prepared._use_layout(dataclasses.replace(self._prepared.layout, even=bool(even)))
+
     @property
     def batch_size(self):
-        return self._prepared.batch_size
+        """The dealt batch sampler's batch size (the global one with split_batches), as Accelerate's."""
+        return getattr(self.batch_sampler, "batch_size", None)
 
     @property
     def drop_last(self) -> bool:
@@ -352,15 +379,37 @@ class ShardView:
 class SkipFirstBatches:
     """skip_first_batches(dl, n): the current epoch from its batch n on, without loading the skipped batches.
     n counts from the epoch's start, as in Accelerate, whatever position a resume left the loader at: a script
-    that skips after load_state never skips twice."""
+    that skips after load_state never skips twice.
+
+    The object is of the loader's own class (a DataLoaderShard's skip is a DataLoaderShard, as Accelerate's
+    skip_first_batches gives) and shares the loader's state: what it hands out moves the loader's position, so the
+    checkpoint of the prepared loader sees it."""
+
+    __slots__ = ("n", "prepared")
+
+    def __new__(cls, prepared: PreparedDataLoader, n: int):
+        view = object.__new__(_skipping_class(type(prepared)) if cls is SkipFirstBatches else cls)
+        view.__dict__ = prepared.__dict__  # one state: the prepared loader's
+        view.prepared, view.n = prepared, n
+        return view
 
     def __init__(self, prepared: PreparedDataLoader, n: int):
-        self.prepared, self.n = prepared, n
+        pass
 
     def __len__(self) -> int:
-        return self.prepared.remaining_from(self.prepared.peek_start(self.n))
+        return self.remaining_from(self.peek_start(self.n))
 
     def __iter__(self):
-        self.prepared._start = self.prepared.skip_start(self.n)
-        yield from self.prepared
+        self._start = self.skip_start(self.n)
+        yield from super().__iter__()
 
+
+_SKIPPING: dict[type, type] = {}
+
+
+def _skipping_class(loader_class: type) -> type:
+    if loader_class not in _SKIPPING:
+        _SKIPPING[loader_class] = type(loader_class.__name__, (SkipFirstBatches, loader_class),
+                                       {"__slots__": (), "__module__": loader_class.__module__,
+                                        "__qualname__": loader_class.__qualname__})
+    return _SKIPPING[loader_class]

@@ -6,6 +6,7 @@ import weakref
 from pathlib import Path
 
 from hpc.errors import HpcError
+from hpc.runtime.tracking import registry
 from hpc.runtime.tracking import trackers as tracking
 
 _running: weakref.WeakSet = weakref.WeakSet()  # the runs of this process that started trackers
@@ -42,7 +43,7 @@ class Trackers:
     def start(self, log_with: list, main_process: bool, project_name: str, config: dict | None,
               init_kwargs: dict | None, jsonl_folder: Path, logging_dir: Path) -> None:
         """Every tracker of ``log_with`` (JSONL always); ``init_kwargs`` per tracker name go to its library."""
-        chosen = tracking.resolve(log_with)  # checked on every rank: a typo fails everywhere alike
+        chosen = registry.resolve(log_with)  # checked on every rank: a typo fails everywhere alike
         if not main_process:
             return
         _running.add(self)

@@ -463,8 +463,7 @@ class DVCLiveTracker(_LibraryTracker):
 TRACKERS: dict[str, type] = {"jsonl": JsonlTracker, "tensorboard": TensorBoardTracker, "wandb": WandBTracker,
                              "mlflow": MLflowTracker, "comet_ml": CometMLTracker, "aim": AimTracker,
                              "clearml": ClearMLTracker, "dvclive": DVCLiveTracker}
-# Accelerate's other names: refused by name until hpc wires them (a GeneralTracker subclass works meanwhile)
-NOT_WIRED = ("trackio", "swanlab")
+# trackio and swanlab are added by tracking.registry (optional_trackers), as are classes a script registers
 
 
 def installed(name: str) -> bool:
@@ -483,9 +482,6 @@ def resolve(log_with: list) -> list:
         name = str(getattr(item, "value", item)).lower()
         if name == "all":
             chosen += [cls for n, cls in TRACKERS.items() if installed(n)]
-        elif name in NOT_WIRED:
-            raise HpcError(f"log_with={name!r} is not wired up in hpc yet",
-                           fix=f"use {', '.join(TRACKERS)}, or pass a GeneralTracker subclass of your own")
         elif name not in TRACKERS:
             raise HpcError(f"log_with={name!r} is not a tracker hpc knows", fix=f"use one of {', '.join(TRACKERS)}")
         elif not installed(name):

@@ -17,6 +17,7 @@ import torch
 
 from hpc.errors import HpcError
 from hpc.runtime.configuration import DataLoaderConfiguration
+from hpc.runtime.data.adapters import prepared_loader
 from hpc.runtime.data.prepare import PreparedDataLoader
 from hpc.runtime.parallel.compile import Compile
 from hpc.runtime.parallel.parallelize import ModelSettings
@@ -88,9 +89,9 @@ class Preparation:
                            fix="drop dispatch_batches (each rank then reads its data-parallel share)")
         if world != self.process.world_size and config.dispatch_batches is None:
             config = dataclasses.replace(config, dispatch_batches=False)  # each reads its data-parallel share
-        prepared = PreparedDataLoader(loader, world=world, rank=rank,
-                                      device=self.process.device, config=config, seed=seed,
-                                      gradient_state=self.gradient_state, training=self.training)
+        # Accelerate's classes (DataLoaderShard, or DataLoaderDispatcher when rank 0 reads for all)
+        prepared = prepared_loader(loader, config, world=world, rank=rank, device=self.process.device, seed=seed,
+                                   gradient_state=self.gradient_state, training=self.training)
         self.training.loaders.append(prepared)
         return prepared
 
