@@ -33,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "elastic_worker.py"
 SLURM_LOCAL = ROOT / "scripts" / "slurm-local"
+import os
+KEEP = Path(os.environ["KEEP"]) if os.environ.get("KEEP") else None
 
 
 def hpc(folder: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -79,10 +81,16 @@ def one_run(folder: Path, how: str) -> dict:
     try:
         waited = hpc(folder, "wait", info["job_id"])
         done = time.time()
+        if KEEP:
+            shutil.copytree(info["job_dir"], KEEP / Path(info["job_dir"]).name, dirs_exist_ok=True)
         if waited.returncode != 0:
             raise SystemExit(f"job {info['job_id']} did not complete: see {info['job_dir']}/logs")
         after = json.loads((run / "world-a0-r1").read_text())
         logs = "".join(p.read_text(errors="replace") for p in Path(info["job_dir"], "logs").glob("node*"))
+        if KEEP:
+            shutil.copytree(info["job_dir"], KEEP / Path(info["job_dir"]).name, dirs_exist_ok=True)
+            shutil.copytree(run, KEEP / (Path(info["job_dir"]).name + "-run"), dirs_exist_ok=True)
+            (KEEP / (Path(info["job_dir"]).name + "-killed")).write_text(str(killed))
         return {"failed": _agent_failed_at(logs, killed) - killed, "trained": after["trained_at"] - killed,
                 "done": done - killed}
     finally:
