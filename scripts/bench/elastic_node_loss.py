@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import re
 import shutil
 import statistics
@@ -33,8 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "elastic_worker.py"
 SLURM_LOCAL = ROOT / "scripts" / "slurm-local"
-import os
-KEEP = Path(os.environ["KEEP"]) if os.environ.get("KEEP") else None
+KEEP = Path(os.environ["KEEP"]) if os.environ.get("KEEP") else None  # keep each run's job folder there
 
 
 def hpc(folder: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
