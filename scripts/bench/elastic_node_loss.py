@@ -64,6 +64,19 @@ def _agent_failed_at(log: str, after: float) -> float:
     return float("nan")
 
 
+def _first_round_of_two(run: Path, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for world in run.glob("world-a0-r*"):
+            try:
+                if json.loads(world.read_text())["world"] >= 2:
+                    return int(world.name.rsplit("r", 1)[1])
+            except (OSError, ValueError):
+                pass
+        time.sleep(0.1)
+    raise SystemExit(f"timed out waiting for a round of two nodes in {run}")
+
+
 def _next_round(job_dir: str, killed: float) -> dict:
     """The first `started` line after the kill, and the `resumed` line after it (the job's timeline)."""
     events = [json.loads(line) for line in Path(job_dir, "tasks", "0.timeline").read_text().splitlines() if line]
@@ -82,7 +95,7 @@ def one_run(folder: Path, how: str, spares: int = 0, sleep: float = 0.2, save_ev
     shutil.copy(WORKER.with_name("shape_worker.py"), folder)  # its sample log
     run = folder / "el"
     spec = {"project": str(run), "out": str(folder / "el.pt"), "epochs": 2, "save_every": save_every,
-            "sleep": sleep}
+            "sleep": sleep, "sleep_until_killed": True}
     # spares are vetted nodes: vetting on (relative_speed 0: the nodes share this machine's CPUs)
     (folder / "vetted.yaml").write_text("name: vetted\nextends: slurm-local\nvetting:\n  enabled: true\n"
                                         "  relative_speed: 0\n")
@@ -92,12 +105,13 @@ def one_run(folder: Path, how: str, spares: int = 0, sleep: float = 0.2, save_ev
     if proc.returncode != 0:
         raise SystemExit(f"the submit failed: {proc.stderr}")
     info = json.loads(proc.stdout)
-    _wait_for(run / "world-a0-r0", 300)
-    victim = json.loads((run / "world-a0-r0").read_text())["hosts"][1]
+    base = _first_round_of_two(run, 300)  # a round that started with one node (a late agent) grows to two first
+    victim = json.loads((run / f"world-a0-r{base}").read_text())["hosts"][1]
     while int((run / "progress").read_text()) < save_every + 1:  # past the first checkpoint
         time.sleep(0.05)
     killed = time.time()
     subprocess.run([str(SLURM_LOCAL), how, victim], check=True, capture_output=True)
+    (run / "killed").write_text(str(killed))
     try:
         waited = hpc(folder, "wait", info["job_id"])
         done = time.time()
@@ -105,8 +119,7 @@ def one_run(folder: Path, how: str, spares: int = 0, sleep: float = 0.2, save_ev
             shutil.copytree(info["job_dir"], KEEP / Path(info["job_dir"]).name, dirs_exist_ok=True)
         if waited.returncode != 0:
             raise SystemExit(f"job {info['job_id']} did not complete: see {info['job_dir']}/logs")
-        rounds = sorted(run.glob("world-a0-r*"), key=lambda p: int(p.name.rsplit("r", 1)[1]))
-        after = json.loads(rounds[1].read_text())  # the first round after the kill
+        after = json.loads((run / f"world-a0-r{base + 1}").read_text())  # the first round after the kill
         logs = "".join(p.read_text(errors="replace") for p in Path(info["job_dir"], "logs").glob("node*"))
         nxt = _next_round(info["job_dir"], killed)
         return {"failed": _agent_failed_at(logs, killed) - killed,
