@@ -172,8 +172,6 @@ def test_a_single_nodes_probe_writes_its_checks_and_measurements(tmp_path, monke
 @pytest.mark.parametrize("args, words", [
     (["-p", "local", "--spare-nodes", "1"], "only a SLURM job allocates nodes to choose from"),
     (["-p", "slurm-local", "-N", "2", "--spare-nodes", "1"], "with vetting off: nothing would choose"),
-    (["-p", "slurm-local", "--launcher", "srun", "--elastic", "1:2", "--spare-nodes", "1", "--set", "vet=true"],
-     "hot spares wait in torchrun's rendezvous"),
     (["-p", "slurm-local", "--spare-nodes", "-1"], "--spare-nodes = -1: must not be negative"),
     (["-p", "slurm-local", "--notify", "not a target"], "neither a webhook URL nor an email address")])
 def test_spare_nodes_and_notify_are_refused_in_one_line_where_they_cannot_work(in_tmp, args, words):
