@@ -1,13 +1,14 @@
-"""torchrun as hpc's SLURM jobs run it: the same arguments, agent and rendezvous, with two waits taken out.
+"""torchrun as hpc's SLURM jobs run it: the same arguments, agent and rendezvous, without a second import of torch.
 
     python -m hpc.runtime.process.warm_launch [torchrun's arguments] script.py [args]   (or -m module [args])
 
-1. Workers are forked from the agent, which imported torch to run at all, instead of started as new Pythons that
-   import it again (torchrun's own `--run-path` with `--start-method fork`, plus what running a script needs):
-   every start and every restart after a lost node saves the ~2 s import (more while all of a node's ranks import
-   at once on busy cores). The agent never touches a GPU, so its children start clean.
-2. The c10d rendezvous looks at its store every POLL_S instead of every second (torch's fixed poll): a restart's
-   round ends sooner after the lost node's heartbeat goes stale and after its last call.
+Workers are forked from the agent, which imported torch to run at all, instead of started as new Pythons that
+import it again (torchrun's own `--run-path` with `--start-method fork`, plus what running a script needs): every
+start and every restart after a lost node saves the ~2 s import (more while all of a node's ranks import at once on
+busy cores). The agent never touches a GPU, so its children start clean.
+
+(The rendezvous' own 1 s poll of its store is torch's and stays: polling it faster would save ~1 s a restart, but a
+first round's last call would then end up to a second sooner, and under load a late node already misses it.)
 
 A worker runs the script as `python -u script.py` would: the script's folder first on sys.path, an uncaught
 exception through sys.excepthook (sys.last_value set, as hpc's timeline reads it), atexit handlers, exit status
@@ -19,24 +20,6 @@ from __future__ import annotations
 import os
 import runpy
 import sys
-
-POLL_S = 0.2  # torch polls at 1 s; a poll is one small read of the rendezvous key, 5 a second per agent is cheap
-
-
-def poll_faster() -> None:
-    """The rendezvous' wait for other nodes (its SYNC action, `_delay(seconds=1)`) polls every POLL_S. Only that
-    call passes exactly 1; the first round's random skew (a tuple) is left as it is."""
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
-
-    original = dynamic_rendezvous._delay
-    if getattr(original, "_hpc_poll", False):
-        return
-
-    def delay(seconds):
-        original(POLL_S if seconds == 1 else seconds)
-
-    delay._hpc_poll = True
-    dynamic_rendezvous._delay = delay
 
 
 def run_worker(module: bool, target: str, *args: str) -> None:
@@ -99,7 +82,6 @@ def main(argv: list[str] | None = None) -> None:
 
         torchrun.run_script_path = run_script_path
         args.run_path, args.start_method = True, "fork"
-        poll_faster()
     torchrun.run(args)
 
 
