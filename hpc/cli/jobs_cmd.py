@@ -22,7 +22,10 @@ def _describe(record, tasks, per_task: bool = True) -> dict:
             "exit_code": code,
             "reasons": reasons(tasks),
             "counts": counts, "job_dir": record.job_dir, "submitted_at": record.submitted_at,
-            "lost_nodes": base.lost_nodes(files), "hang": base.hang_summary(files),
+            "lost_nodes": base.lost_nodes(files),
+            # nodes a spare replaced, from the timelines (not for an array: one more read a task)
+            "replaced_nodes": base.replaced_nodes(files) if record.array is None else [],
+            "hang": base.hang_summary(files),
             "stragglers": base.stragglers(files), "excluded_nodes": base.excluded_nodes(files),
             "items": base.items_progress(files),
             "cluster": record.local.get("host") if record.remote else None,
@@ -86,6 +89,9 @@ def status(job, as_json):
         click.echo(line)
     if info["lost_nodes"]:
         click.echo(f"  lost node(s): {', '.join(info['lost_nodes'])} (later attempts exclude them)")
+    for r in info["replaced_nodes"]:
+        task = f" (task {r['task']})" if record.array is not None else ""
+        click.echo(f"  replaced: {r['lost']} -> {r['by']} (spare) at step {r['step']}{task}")
     if info["excluded_nodes"]:
         click.echo("  excluded node(s): " + "; ".join(f"{n['node']} ({n['why']})" for n in info["excluded_nodes"]))
     for line in straggler_lines(info["stragglers"], record.array is not None):

@@ -209,9 +209,7 @@ def _check_spares(job, profile, backend, vetted: bool) -> None:
     if not vetted:
         raise HpcError(f"spare_nodes = {job.spare_nodes} with vetting off: nothing would choose the nodes to run on",
                        fix="drop --spare-nodes, or turn vetting on (--vet, or the profile's vetting.enabled)")
-    if job.elastic:
-        raise HpcError(f"spare_nodes with elastic {job.elastic}: an elastic job takes the nodes it finds itself",
-                       fix="drop one of --spare-nodes and --elastic")
+    # with --elastic (torchrun only) the spares are hot: their agents wait in the rendezvous (_vet_nodes_slurm.j2)
 
 
 def _check_min_nodes(job, profile, backend) -> None:

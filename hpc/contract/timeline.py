@@ -13,7 +13,7 @@ and, by event (missing keys are fine: readers take what is there):
 
     started   batch_start (epoch s, the batch script's start: tasks/<task>.jobid's mtime), proc_start (epoch s,
               this process's start), nodes (allocated), run_nodes (the nodes the ranks of this run are on),
-              nodelist, world
+              nodelist, world, hosts (the run's node hosts, sorted, where known: `replacements` compares them)
     resumed   step (the checkpoint's optimizer step), load_s
     training  step: the loop's first work after the (re)start; from here on time is training
     progress  step: the optimizer steps completed so far (the first step, then every PROGRESS_EVERY_S)
@@ -100,3 +100,29 @@ def read(job_dir: str | os.PathLike, task: str, files=None) -> list[dict]:
     if not data:
         return []
     return parse(data.decode(errors="replace") if isinstance(data, bytes) else data)
+
+
+def replacements(events: list[dict]) -> list[dict]:
+    """Nodes another node replaced within an attempt (an elastic job's hot spare joining the next round in a lost
+    node's place): ``{"lost", "by", "step", "attempt"}`` each, oldest first. From consecutive ``started`` lines with
+    ``hosts``: a host gone from one round to the next, paired (in name order) with one that came; ``step``: where
+    the new round resumed (its ``resumed`` line, else its ``started`` line's)."""
+    out, previous = [], {}
+    for i, event in enumerate(events):
+        if event.get("event") != "started" or not isinstance(event.get("hosts"), list):
+            continue
+        attempt, hosts = event["attempt"], {str(h) for h in event["hosts"]}
+        before = previous.get(attempt)
+        previous[attempt] = hosts
+        if before is None:
+            continue
+        step = event.get("step")
+        for later in events[i + 1:]:
+            if later.get("event") == "started":
+                break
+            if later.get("event") == "resumed":
+                step = later.get("step", step)
+                break
+        for lost, by in zip(sorted(before - hosts), sorted(hosts - before)):
+            out.append({"lost": lost, "by": by, "step": step, "attempt": attempt})
+    return out

@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""Seconds from a node's death to training again at the smaller world: an elastic torchrun job on the on-machine
-SLURM loses its second node mid-run and its survivor goes on alone.
+"""Seconds from a node's death to training again: an elastic torchrun job on the on-machine SLURM loses its second
+node mid-run; its survivor goes on alone, or with a hot spare in the lost node's place (--spare-nodes 1).
 
     scripts/slurm-local up && export SLURM_CONF=/tmp/hpc-slurm/etc/slurm.conf
-    python scripts/bench/elastic_node_loss.py [--repeat 2] [--how kill-tasks kill-node]
+    python scripts/bench/elastic_node_loss.py [--repeat 5] [--how kill-tasks kill-node] [--spare-nodes 1]
 
-Each run submits tests/elastic_worker.py (--elastic 1:2, one process a node, a checkpoint every 2 steps, 0.5 s a
-step until the node goes), kills the second node at step 3 (`scripts/slurm-local kill-tasks` kills its job
-processes, its slurmd lives on; `kill-node` kills the node whole), then reads back:
+Each run submits tests/elastic_worker.py (--elastic 1:2, one process a node, a checkpoint every 5 steps by the
+script's save_state, 0.2 s a step until the node goes), kills the second node once step 6 is done
+(`scripts/slurm-local kill-tasks` kills its job processes, its slurmd lives on; `kill-node` kills the node whole),
+then reads back (KEEP=folder keeps each job folder):
   failed     the survivor's agent saw its process fail (the agent log's "failed (exitcode" line; its peer's
              connection closed: on one machine at once, across real nodes when the kernel says so or gloo/NCCL's
              timeout ends)
-  trained    the survivor's first step at world 1, from the newest checkpoint (the worker's world-a0-r1 file)
+  spawned    the next round's rank 0 process began (the timeline's `started` proc_start): the rendezvous is done
+  ready      its `started` line: imports, the process group, the Accelerator
+  trained    its first step, from the newest checkpoint (the worker's world-a0-r1 file)
   done       the job's end (COMPLETED), as `hpc wait` saw it
 All seconds from the kill. A killed node is revived after its run.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import re
 import shutil
 import statistics
@@ -33,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "elastic_worker.py"
 SLURM_LOCAL = ROOT / "scripts" / "slurm-local"
+KEEP = Path(os.environ["KEEP"]) if os.environ.get("KEEP") else None  # keep each run's job folder there
 
 
 def hpc(folder: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -59,32 +64,69 @@ def _agent_failed_at(log: str, after: float) -> float:
     return float("nan")
 
 
-def one_run(folder: Path, how: str) -> dict:
+def _first_round_of_two(run: Path, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for world in run.glob("world-a0-r*"):
+            try:
+                if json.loads(world.read_text())["world"] >= 2:
+                    return int(world.name.rsplit("r", 1)[1])
+            except (OSError, ValueError):
+                pass
+        time.sleep(0.1)
+    raise SystemExit(f"timed out waiting for a round of two nodes in {run}")
+
+
+def _next_round(job_dir: str, killed: float) -> dict:
+    """The first `started` line after the kill, and the `resumed` line after it (the job's timeline)."""
+    events = [json.loads(line) for line in Path(job_dir, "tasks", "0.timeline").read_text().splitlines() if line]
+    out = {}
+    for event in events:
+        if event["event"] == "started" and event["t"] > killed and "started" not in out:
+            out["started"] = event
+        elif event["event"] == "resumed" and "started" in out:
+            out["resumed"] = event
+            break
+    return out
+
+
+def one_run(folder: Path, how: str, spares: int = 0, sleep: float = 0.2, save_every: int = 5) -> dict:
     shutil.copy(WORKER, folder)
     shutil.copy(WORKER.with_name("shape_worker.py"), folder)  # its sample log
     run = folder / "el"
-    spec = {"project": str(run), "out": str(folder / "el.pt"), "epochs": 2, "save_every": 2, "sleep": 0.5}
-    proc = hpc(folder, "submit", "--json", "-p", "slurm-local", "--launcher", "torchrun", "--nproc", "1",
-               "--elastic", "1:2", "--max-restarts", "3", "--time", "5", "-J", "el", "elastic_worker.py", "--",
-               json.dumps(spec))
+    spec = {"project": str(run), "out": str(folder / "el.pt"), "epochs": 2, "save_every": save_every,
+            "sleep": sleep, "sleep_until_killed": True}
+    # spares are vetted nodes: vetting on (relative_speed 0: the nodes share this machine's CPUs)
+    (folder / "vetted.yaml").write_text("name: vetted\nextends: slurm-local\nvetting:\n  enabled: true\n"
+                                        "  relative_speed: 0\n")
+    proc = hpc(folder, "submit", "--json", "-p", "vetted.yaml" if spares else "slurm-local", "--launcher",
+               "torchrun", "--nproc", "1", "--elastic", "1:2", "--max-restarts", "3", "--time", "5", "-J", "el",
+               *(["--spare-nodes", str(spares)] if spares else []), "elastic_worker.py", "--", json.dumps(spec))
     if proc.returncode != 0:
         raise SystemExit(f"the submit failed: {proc.stderr}")
     info = json.loads(proc.stdout)
-    _wait_for(run / "world-a0-r0", 300)
-    victim = json.loads((run / "world-a0-r0").read_text())["hosts"][1]
-    while int((run / "progress").read_text()) < 3:
-        time.sleep(0.1)
+    base = _first_round_of_two(run, 300)  # a round that started with one node (a late agent) grows to two first
+    victim = json.loads((run / f"world-a0-r{base}").read_text())["hosts"][1]
+    while int((run / "progress").read_text()) < save_every + 1:  # past the first checkpoint
+        time.sleep(0.05)
     killed = time.time()
     subprocess.run([str(SLURM_LOCAL), how, victim], check=True, capture_output=True)
+    (run / "killed").write_text(str(killed))
     try:
         waited = hpc(folder, "wait", info["job_id"])
         done = time.time()
+        if KEEP:
+            shutil.copytree(info["job_dir"], KEEP / Path(info["job_dir"]).name, dirs_exist_ok=True)
         if waited.returncode != 0:
             raise SystemExit(f"job {info['job_id']} did not complete: see {info['job_dir']}/logs")
-        after = json.loads((run / "world-a0-r1").read_text())
+        after = json.loads((run / f"world-a0-r{base + 1}").read_text())  # the first round after the kill
         logs = "".join(p.read_text(errors="replace") for p in Path(info["job_dir"], "logs").glob("node*"))
-        return {"failed": _agent_failed_at(logs, killed) - killed, "trained": after["trained_at"] - killed,
-                "done": done - killed}
+        nxt = _next_round(info["job_dir"], killed)
+        return {"failed": _agent_failed_at(logs, killed) - killed,
+                "spawned": nxt["started"]["proc_start"] - killed if "started" in nxt else float("nan"),
+                "ready": nxt["started"]["t"] - killed if "started" in nxt else float("nan"),
+                "trained": after["trained_at"] - killed, "done": done - killed,
+                "world": after["world"], "hosts": ",".join(after["hosts"]), "victim": victim}
     finally:
         if how == "kill-node":
             subprocess.run([str(SLURM_LOCAL), "revive-node", victim], capture_output=True, timeout=300)
@@ -94,23 +136,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--how", nargs="+", default=["kill-tasks", "kill-node"])
+    parser.add_argument("--spare-nodes", type=int, default=0, help="hot spares (3 nodes: 1)")
+    parser.add_argument("--sleep", type=float, default=0.2, help="seconds a step until the node goes")
+    parser.add_argument("--save-every", type=int, default=5, help="a checkpoint every N steps")
     args = parser.parse_args()
     rows = []
     for how in args.how:
         runs = []
         for _ in range(args.repeat):
             with tempfile.TemporaryDirectory(prefix="elastic-bench-") as tmp:
-                runs.append(one_run(Path(tmp), how))
+                runs.append(one_run(Path(tmp), how, args.spare_nodes, args.sleep, args.save_every))
+                print(json.dumps(runs[-1]), file=sys.stderr)
         rows.append((how, runs))
-    print(f"| node loss ({args.repeat} runs, median [min-max] s after the kill) | failed | trained at world 1 | "
-          "done |")
-    print("|---|---|---|---|")
+    keys = ("failed", "spawned", "ready", "trained", "done")
+    print(f"| node loss ({args.repeat} runs, {args.spare_nodes} spare(s); median [min-max] s after the kill) | "
+          + " | ".join(keys) + " | world after |")
+    print("|---|" + "---|" * (len(keys) + 1))
     for how, runs in rows:
         cells = []
-        for key in ("failed", "trained", "done"):
+        for key in keys:
             values = [r[key] for r in runs]
             cells.append(f"{statistics.median(values):.1f} [{min(values):.1f}-{max(values):.1f}]")
-        print(f"| {how} | " + " | ".join(cells) + " |")
+        print(f"| {how} | " + " | ".join(cells) + f" | {', '.join(sorted({str(r['world']) for r in runs}))} |")
 
 
 if __name__ == "__main__":

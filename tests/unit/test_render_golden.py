@@ -30,6 +30,10 @@ CASES = {
                                         "after": ["101", "102:afterany"], "job_name": "golden"}),
     "slurm-local-torchrun-elastic": ("slurm-local", {"script": "train.py", "launcher": "torchrun",
                                                     "elastic": "1:2", "max_restarts": 3}),
+    # hot spares: every vetted node runs an agent, the spare waits in the rendezvous
+    "slurm-local-torchrun-elastic-spare": ("slurm-local", {"script": "train.py", "launcher": "torchrun",
+                                                          "elastic": "1:2", "max_restarts": 3, "spare_nodes": 1,
+                                                          "vet": True}),
     "slurm-local-deepspeed-nodelist": ("slurm-local", {"script": "train.py", "launcher": "deepspeed",
                                                       "nodes": 2, "nodelist": "node[1-2]"}),
     "slurm-local-sweep": ("slurm-local", {"script": "train.py", "sweep": str(HERE / "sweep.yaml"),

@@ -108,7 +108,7 @@ def test_the_job_starts_on_fit_nodes_in_allocation_order_the_fastest_first_and_s
     assert [v.host for v in select.choose(verdicts, 2, held="n2")] == ["n3", "n5"]  # bad: never
 
 
-def _select(tmp_path, reports: dict, needed: int) -> subprocess.CompletedProcess:
+def _select(tmp_path, reports: dict, needed: int | str) -> subprocess.CompletedProcess:
     folder = tmp_path / "vet"
     folder.mkdir(exist_ok=True)
     for host, data in reports.items():
@@ -129,6 +129,16 @@ def test_select_prints_the_hosts_to_start_on_and_notes_the_bad_ones(tmp_path):
     assert (tmp_path / "tasks" / "4.excluded").read_text() == "node2 vetting: free memory: broken\n"
     short = _select(tmp_path, {}, 2)  # node3's report remains; node1 and node2 reported nothing this time
     assert short.returncode == 0 and short.stdout.split() == ["node1", "node3"]
+
+
+def test_select_adds_hot_spares_after_the_hosts_to_start_on_fit_ones_only(tmp_path):
+    proc = _select(tmp_path, {"node1": report("node1"), "node2": report("node2"), "node3": report("node3")}, "1+1")
+    assert proc.returncode == 0 and proc.stdout.split() == ["node1", "node2"], proc.stderr
+    assert "hot spare(s) node2" in proc.stderr
+    bad = _select(tmp_path, {"node1": report("node1"), "node2": report("node2", failed=["free memory"]),
+                             "node3": report("node3")}, "2+1")
+    assert bad.returncode == 0 and bad.stdout.split() == ["node1", "node3"]  # no fit node left to spare
+    assert _select(tmp_path, {}, "2+x").returncode == 2
 
 
 def test_select_exits_3_when_too_few_nodes_are_fit(tmp_path):
@@ -162,8 +172,6 @@ def test_a_single_nodes_probe_writes_its_checks_and_measurements(tmp_path, monke
 @pytest.mark.parametrize("args, words", [
     (["-p", "local", "--spare-nodes", "1"], "only a SLURM job allocates nodes to choose from"),
     (["-p", "slurm-local", "-N", "2", "--spare-nodes", "1"], "with vetting off: nothing would choose"),
-    (["-p", "slurm-local", "--launcher", "torchrun", "--elastic", "1:2", "--spare-nodes", "1", "--set", "vet=true"],
-     "an elastic job takes"),
     (["-p", "slurm-local", "--spare-nodes", "-1"], "--spare-nodes = -1: must not be negative"),
     (["-p", "slurm-local", "--notify", "not a target"], "neither a webhook URL nor an email address")])
 def test_spare_nodes_and_notify_are_refused_in_one_line_where_they_cannot_work(in_tmp, args, words):

@@ -210,6 +210,18 @@ def lost_nodes(files) -> list[str]:
     return sorted(n for n in names if n)
 
 
+def replaced_nodes(files) -> list[dict]:
+    """Lost nodes a spare replaced, read off each task's timeline (hpc.contract.timeline.replacements), with the
+    task added."""
+    from hpc.contract import timeline
+
+    out = []
+    for task, text in task_files(files, layout.TaskFile.TIMELINE).items():
+        # read_all strips the text: the last line's newline goes back, or parse would take it for a torn write
+        out += [{**r, "task": task} for r in timeline.replacements(timeline.parse(text + "\n"))]
+    return out
+
+
 def excluded_nodes(files) -> list[dict]:
     """Nodes the job left out besides lost ones (tasks/<task>.excluded, "<node> <why>" a line each: vetting found
     them bad, a straggler requeue): the first reason per node, in the order noted."""

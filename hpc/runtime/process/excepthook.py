@@ -39,6 +39,12 @@ def install() -> None:
 def _exit(code: int) -> None:
     """Finish as Python does after an uncaught exception (wait for non-daemon threads, run atexit), but with
     ``code``: past an excepthook, Python itself would always exit 1."""
+    finish()
+    os._exit(code)
+
+
+def finish() -> None:
+    """What the interpreter does before it exits: wait for non-daemon threads, run atexit, flush the streams."""
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
@@ -48,4 +54,3 @@ def _exit(code: int) -> None:
             stream.flush()
         except (OSError, ValueError):  # closed, or a pipe nobody reads any more
             pass
-    os._exit(code)

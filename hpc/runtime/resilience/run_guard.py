@@ -24,6 +24,7 @@ from hpc.contract import layout
 from hpc.errors import HpcError
 from hpc.runtime.checkpoint import notices
 from hpc.runtime.checkpoint import script_resume as script_checkpoints
+from hpc.runtime.process.node_hosts import node_hosts
 from hpc.runtime.process.process_state import ProcessState
 from hpc.runtime.process.stop_vote import StopVote
 from hpc.runtime.process.training_state import TrainingState
@@ -71,7 +72,8 @@ class RunGuard:
                                        node_first=options.in_job and process.is_local_main_process,
                                        steps=lambda: self.training.completed_steps,
                                        on_exit=self._ended_without_end_training)
-        self.timeline.started(process.world_size, training.completed_steps)
+        self.timeline.started(process.world_size, training.completed_steps,
+                              hosts=node_hosts(process) if options.in_job else None)
         self.fast_saves = FastSaves(process, checkpoints, options.in_job)  # checkpoints in node memory
         self.timeline.progress_fields = self.fast_saves.progress
         self.fast_saves.on_drained = self._drained

@@ -74,7 +74,8 @@ class TimelineWriter:
         if self.main:
             timeline.append(self.file, event, **fields)
 
-    def started(self, world: int, step: int) -> None:
+    def started(self, world: int, step: int, hosts: list[str] | None = None) -> None:
+        """``hosts``: the run's node hosts (sorted), where known: a round that replaced a node says so."""
         if not self.main:
             return
         jobid = layout.JobFolder(self.job_dir).task(self.task, layout.TaskFile.JOBID)
@@ -87,7 +88,8 @@ class TimelineWriter:
         run_nodes = -(-world // int(per_node)) if per_node.isdigit() and int(per_node) > 0 else None
         self.note("started", batch_start=batch_start, proc_start=_process_start(),
                   nodes=int(nodes) if nodes and nodes.isdigit() else None, run_nodes=run_nodes,
-                  nodelist=os.environ.get("SLURM_JOB_NODELIST"), world=world, step=step)
+                  nodelist=os.environ.get("SLURM_JOB_NODELIST"), world=world, step=step,
+                  **({"hosts": hosts} if hosts else {}))
 
     def training(self, step: int) -> None:
         """The loop's first work this attempt (after any resume): training time starts here."""

@@ -1,8 +1,9 @@
 """The verdict on the nodes' vetting reports, and the nodes the job starts on. Torch-free: the batch shell runs
 
-    python -m hpc.runtime.vetting.select REPORT_DIR NEEDED HOST...
+    python -m hpc.runtime.vetting.select REPORT_DIR NEEDED[+SPARES] HOST...
 
-which prints the NEEDED hosts to start on (allocation order, one per line) and exits 0, or exits 3 when fewer
+which prints the NEEDED hosts to start on (allocation order, one per line), then up to SPARES more fit ones (an
+elastic job's hot spares: they wait in the job, to replace a node it loses), and exits 0, or exits 3 when fewer
 than NEEDED nodes are fit to run. Either way every node left out is named on stderr and, with its reason, in
 tasks/<task>.excluded, which the job script's requeue excludes; a node that is merely slow is used when the job
 needs it, named as such.
@@ -32,11 +33,19 @@ def note_excluded(verdicts: list[Verdict]) -> None:
         print(f"hpc: vetting: cannot note the excluded nodes in {path}: {e.strerror}", file=sys.stderr)
 
 
+def hot_spares(verdicts: list[Verdict], chosen: list[Verdict], count: int) -> list[Verdict]:
+    """Up to ``count`` fit nodes beyond the chosen ones, in allocation order: a slow node is never a spare (it
+    would slow the job it joins), a bad one never runs."""
+    picked = {id(v) for v in chosen}
+    return [v for v in verdicts if id(v) not in picked and v.fit][:count]
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or not argv[1].isdigit():
-        print("usage: python -m hpc.runtime.vetting.select REPORT_DIR NEEDED HOST...", file=sys.stderr)
+    needed_text, _, spares_text = argv[1].partition("+") if len(argv) > 1 else ("", "", "")
+    if len(argv) < 3 or not needed_text.isdigit() or not (spares_text or "0").isdigit():
+        print("usage: python -m hpc.runtime.vetting.select REPORT_DIR NEEDED[+SPARES] HOST...", file=sys.stderr)
         return 2
-    folder, needed, hosts = Path(argv[0]), int(argv[1]), argv[2:]
+    folder, needed, spares, hosts = Path(argv[0]), int(needed_text), int(spares_text or 0), argv[2:]
     config = runtime_config.current_config() or runtime_config.RuntimeConfig()
     verdicts = judge(read_reports(folder, hosts), config.vetting.relative_speed, config.vetting.min_bandwidth)
     # the node this runs on runs the job script: it stays allocated, so it is worth using
@@ -56,7 +65,10 @@ def main(argv: list[str]) -> int:
               f" {needed} needed ({summary})", file=sys.stderr)
         return 3
     print(f"hpc: vetting: starting on {', '.join(v.host for v in chosen)} ({summary})", file=sys.stderr)
-    print("\n".join(v.host for v in chosen))
+    waiting = hot_spares(verdicts, chosen, spares)
+    if waiting:
+        print(f"hpc: vetting: hot spare(s) {', '.join(v.host for v in waiting)}", file=sys.stderr)
+    print("\n".join(v.host for v in chosen + waiting))
     return 0
 
 
