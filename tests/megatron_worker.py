@@ -6,9 +6,10 @@ config.
     python megatron_worker.py SPEC_JSON
 
 SPEC keys: global_batch (the same in every layout), steps, out, project, clip (plain data parallelism clips by
-hand what the plugin's gradient_clipping clips), save (save_state after `save_at` steps), load (load_state first,
-then train from step `save_at`). The layout comes from the launch (MEGATRON_LM_* variables), DDP without. Rank 0
-writes to `out`: per-step training losses, the evaluation loss, the whole weights, and each rank's count of
+hand what the plugin's gradient_clipping clips), save (save_state after `save_at` steps; after the run, load_state
+from it and train the steps after it again: "resumed"), load (after the run, load_state another layout's checkpoint:
+"loaded_weights"). The layout comes from the launch (MEGATRON_LM_* variables), plain data parallelism without.
+Rank 0 writes to `out`: per-step training losses, the evaluation loss, the whole weights, and each rank's count of
 parameter and optimizer-state elements it holds.
 """
 
@@ -64,42 +65,53 @@ def main() -> None:
     def mean(loss):  # the seed's edit: Megatron's losses are averaged over the data-parallel group
         return (avg_losses_across_data_parallel_group([loss]) if megatron else acc.reduce(loss.detach(), "mean")).item()
 
-    start = 0
-    if spec.get("load"):
-        acc.load_state(spec["load"])
-        start = spec["save_at"]
-    losses = []
-    model.train()
-    for step, batch in enumerate(loader):
-        if step < start:
-            continue
-        if step == steps:
-            break
-        loss = model(**batch).loss
-        acc.backward(loss)
-        if not megatron and spec.get("clip"):
-            acc.clip_grad_norm_(model.parameters(), spec["clip"])
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad()
-        losses.append(mean(loss))
-        if spec.get("save") and step + 1 == spec.get("save_at"):
-            acc.save_state(spec["save"])
-    model.eval()
-    eval_losses = []
-    with torch.no_grad():
-        for batch in eval_loader:
+    def train(start: int) -> list:
+        losses = []
+        model.train()
+        for step, batch in enumerate(loader):
+            if step < start:
+                continue
+            if step == steps:
+                break
             loss = model(**batch).loss
-            eval_losses.append(mean(loss))
+            acc.backward(loss)
+            if not megatron and spec.get("clip"):
+                acc.clip_grad_norm_(model.parameters(), spec["clip"])
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            losses.append(mean(loss))
+            if spec.get("save") and step + 1 == spec["save_at"]:
+                acc.save_state(spec["save"])
+                out["saved_weights"] = acc.get_state_dict(model)
+        return losses
+
+    def evaluate() -> float:
+        model.eval()
+        eval_losses = []
+        with torch.no_grad():
+            for batch in eval_loader:
+                eval_losses.append(mean(model(**batch).loss))
+        return sum(eval_losses) / len(eval_losses)
+
+    out: dict = {}
+    out["losses"] = train(0)
+    out["eval"] = evaluate()
     held = sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())
     state = [v for s in optimizer.optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim()]
     held_state = sum(v.to_local().numel() if hasattr(v, "to_local") else v.numel() for v in state)
     counts = acc.gather(torch.tensor([held, held_state])).tolist()
     weights = acc.get_state_dict(model)
+    out.update(held=counts, total=sum(v.numel() for v in weights.values()), lr=scheduler.get_last_lr(),
+               weights=weights, global_batch=total_batch, distributed_type=str(acc.distributed_type))
+    if spec.get("save"):  # resumed from the checkpoint: the steps after it again
+        acc.load_state(spec["save"])
+        out["resumed"] = train(spec["save_at"])
+    if spec.get("load"):  # another layout's checkpoint: its weights here
+        acc.load_state(spec["load"])
+        out["loaded_weights"] = acc.get_state_dict(model)
     if acc.process_index == 0:
-        torch.save({"losses": losses, "eval": sum(eval_losses) / len(eval_losses), "weights": weights,
-                    "held": counts, "total": sum(v.numel() for v in weights.values()),
-                    "lr": scheduler.get_last_lr()}, spec["out"])
+        torch.save(out, spec["out"])
     acc.end_training()
 
 

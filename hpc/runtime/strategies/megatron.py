@@ -232,6 +232,20 @@ class MegatronStrategy(Strategy):
             def load(self, folder, models, optimizers):
                 return super().load(folder, [strategy.unwrap(m) for m in models], optimizers)
 
+            def optimizer_options(self):
+                # each parameter's group settings under its own name: a stage's groups hold only its parameters,
+                # and a saved group (written by one rank) names only one stage's (torchtitan's choice too)
+                from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+                return StateDictOptions(flatten_optimizer_state_dict=True)
+
+            def whole_keys(self, model_state):  # every stage's keys
+                if strategy.sizes["pp"] == 1:
+                    return None
+                keys: list = [None] * strategy.sizes["pp"]
+                dist.all_gather_object(keys, sorted(model_state), group=strategy.device_mesh["pp"].get_group())
+                return {k for part in keys for k in part}
+
         return StageDcp(self)
 
     def full_state_dict(self, model) -> dict:
