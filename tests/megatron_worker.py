@@ -104,6 +104,11 @@ def main() -> None:
     weights = acc.get_state_dict(model)
     out.update(held=counts, total=sum(v.numel() for v in weights.values()), lr=scheduler.get_last_lr(),
                weights=weights, global_batch=total_batch, distributed_type=str(acc.distributed_type))
+    if megatron and spec.get("generate"):  # greedy decoding beside transformers' generate on the same weights
+        prompt = Tokens(2, length=spec["generate"], seed=3).ids
+        out["generated"] = model.megatron_generate(prompt, max_new_tokens=4).cpu()
+        out["prompt"] = prompt
+        out["main"] = acc.gather(torch.tensor([acc.is_main_process])).tolist()
     if spec.get("save"):  # resumed from the checkpoint: the steps after it again
         acc.load_state(spec["save"])
         out["resumed"] = train(spec["save_at"])

@@ -46,7 +46,7 @@ def runs(tmp_path_factory):
         folder = tmp_path_factory.mktemp(name.replace(" ", "")[:8])
         spec = {"clip": float(CLIP)} if not flags else {}
         if name == "tp2 x pp2 (sp)":
-            spec |= {"save": str(saved), "save_at": SAVE_AT}
+            spec |= {"save": str(saved), "save_at": SAVE_AT, "generate": 5}
         if name == "pp2 x dp2":
             spec |= {"load": str(saved)}
         out[name] = _launch(folder, nproc, flags, spec)
@@ -92,3 +92,19 @@ def test_a_checkpoint_loads_under_another_layout_with_equal_weights(runs):
     assert saved.keys() == loaded.keys()
     for key, value in saved.items():
         torch.testing.assert_close(loaded[key], value, rtol=0, atol=0)
+
+
+def test_megatron_generate_decodes_as_transformers_generate_on_the_same_weights(runs):
+    import transformers
+
+    run = runs["tp2 x pp2 (sp)"]
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                      max_position_embeddings=64, tie_word_embeddings=False)
+    model = transformers.LlamaForCausalLM(config).eval()
+    model.load_state_dict(run["weights"])
+    expected = model.generate(run["prompt"], max_new_tokens=4, do_sample=False,
+                              attention_mask=torch.ones_like(run["prompt"]))
+    assert torch.equal(run["generated"], expected)
+    # as Accelerate's under Megatron-LM: the script's main process is the last rank, where the loss is
+    assert run["main"] == [False, False, False, True]

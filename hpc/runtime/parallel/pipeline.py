@@ -116,9 +116,9 @@ class Pipeline:
         self.schedule = getattr(pipelining, SCHEDULES[name])(stage, n_microbatches=micro_batches,
                                                              loss_fn=causal_lm_loss)
 
-    def run(self, input_ids: torch.Tensor, labels: torch.Tensor, train: bool) -> torch.Tensor:
-        """One batch through every stage (forward and backward when ``train``); the mean of the micro-batches'
-        losses, on every stage (sent from the last)."""
+    def run(self, input_ids: torch.Tensor, labels: torch.Tensor, train: bool) -> tuple:
+        """One batch through every stage (forward and backward when ``train``): the mean of the micro-batches'
+        losses, on every stage (sent from the last), and the logits on the last stage (None elsewhere)."""
         import torch.distributed as dist
 
         if input_ids.shape[0] % self.micro_batches:
@@ -128,10 +128,10 @@ class Pipeline:
         args = (input_ids,) if self.first else ()
         target = labels if self.last else None
         if train:
-            self.schedule.step(*args, target=target, losses=losses)
+            logits = self.schedule.step(*args, target=target, losses=losses)
         else:
-            self.schedule.eval(*args, target=target, losses=losses)
+            logits = self.schedule.eval(*args, target=target, losses=losses)
         loss = (torch.stack([x.detach().float() for x in losses]).mean() if self.last
                 else torch.zeros((), device=input_ids.device))
         dist.broadcast(loss, group=self.group, group_src=self.stages - 1)
-        return loss
+        return loss, (logits if self.last else None)

@@ -69,9 +69,35 @@ class MegatronModel(torch.nn.Module):
             raise HpcError("a pipelined model computes its loss on the last stage: it needs labels",
                            fix="pass labels (input_ids for a causal LM)")
         train = self.training and torch.is_grad_enabled()
-        loss = self._pipeline.run(input_ids, labels, train)
+        loss, logits = self._pipeline.run(input_ids, labels, train)
         self._strategy.scheduled_backward = train
-        return CausalLMOutputWithPast(loss=loss, logits=None)
+        # return_logits: the last stage's (as Accelerate's: where the logits are); None elsewhere
+        return CausalLMOutputWithPast(loss=loss, logits=logits if self._strategy.plugin.return_logits else None)
+
+    @torch.no_grad()
+    def megatron_generate(self, inputs, attention_mask=None, max_length=None, max_new_tokens=None, num_beams=None,
+                          temperature=None, top_k=None, top_p=None, length_penalty=None, **kwargs):
+        """Accelerate's megatron_generate, greedy: each new token the argmax of the last position's logits, the
+        whole sequence run through every stage again (right-padded to a multiple of the tp ranks under sequence
+        parallelism; causal attention leaves the real positions unchanged). The prompt and the new tokens, on every
+        rank."""
+        if (num_beams or 1) > 1 or (top_k or 0) > 1 or (top_p or 0) > 0:  # Megatron's greedy: top_k 0, top_p 0
+            raise HpcError("megatron_generate: hpc decodes greedily (no beams, no sampling)",
+                           fix="leave num_beams, top_k and top_p unset")
+        if attention_mask is not None and not bool(attention_mask.all()):
+            raise HpcError("megatron_generate: prompts of one length, without padding",
+                           fix="generate each length's prompts together")
+        if max_new_tokens is None:
+            if max_length is None:
+                raise HpcError("megatron_generate needs max_new_tokens or max_length", fix="pass max_new_tokens=...")
+            max_new_tokens = max_length - inputs.shape[1]
+        was_training = self.training
+        self.eval()
+        ids = inputs.to(self._strategy.state.device)
+        for _ in range(max_new_tokens):
+            ids = torch.cat([ids, self._strategy.next_token(self.module, ids)], dim=1)
+        self.train(was_training)
+        return ids
 
 
 class MegatronStrategy(Strategy):
@@ -99,6 +125,7 @@ class MegatronStrategy(Strategy):
                                             mesh_dim_names=tuple(self.sizes))
         self._dp_mesh = self.device_mesh["dp_replicate", "dp_shard"]._flatten("dp") if self.dp > 1 else None
         self.scheduled_backward = False
+        state.main_is_last = True  # the script's is_main_process: the last rank, where the loss is (Accelerate's)
         self._new_params: dict[int, torch.nn.Parameter | None] = {}
         self._optimizers: list = []
         self.pipelines: list[pp.Pipeline] = []
@@ -181,6 +208,30 @@ class MegatronStrategy(Strategy):
     def unwrap(self, model):
         return model.module if isinstance(model, MegatronModel) else model
 
+    def next_token(self, module, ids: torch.Tensor) -> torch.Tensor:
+        """The greedy next token of each sequence, run stage to stage (point to point over the pipeline's ranks)."""
+        length = ids.shape[1]
+        factor = module._hpc_sequence_factor
+        padded = torch.nn.functional.pad(ids, (0, (-length) % factor))
+        stages, stage = self.sizes["pp"], self.rank_in("pp")
+        group = self.device_mesh["pp"].get_group() if stages > 1 else None
+        if stage == 0:
+            hidden = module(padded)
+        else:
+            size = module.config.hidden_size
+            dtype = next(module.parameters()).dtype
+            received = torch.empty(ids.shape[0], padded.shape[1] // factor, size, dtype=dtype, device=ids.device)
+            dist.recv(received, group=group, group_src=stage - 1)
+            hidden = module(received)
+        if stage < stages - 1:
+            dist.send(hidden.contiguous(), group=group, group_dst=stage + 1)
+            token = torch.zeros(ids.shape[0], 1, dtype=ids.dtype, device=ids.device)
+        else:
+            token = hidden[:, length - 1].argmax(-1, keepdim=True).to(ids.dtype)
+        if stages > 1:
+            dist.broadcast(token, group=group, group_src=stages - 1)
+        return token
+
     # --- the step -----------------------------------------------------------------------------------
     def backward(self, loss, scaler, **kwargs) -> None:
         if self.scheduled_backward:  # the pipeline's schedule ran it, micro-batch by micro-batch
@@ -256,11 +307,13 @@ class MegatronStrategy(Strategy):
         # no cpu_offload: torch's then keeps the tensors on global rank 0 alone, and every stage needs its own
         mine = get_model_state_dict(self.unwrap(model), options=StateDictOptions(full_state_dict=True))
         mine = {k: v.detach().cpu() for k, v in mine.items()}
+        # rank 0 (hpc's own writers) and the last rank (the script's main process) get the whole
+        wanted = self.state.rank in (0, self.state.world_size - 1)
         if self.sizes["pp"] == 1:
-            return mine if self.state.rank == 0 else {}
+            return mine if wanted else {}
         parts: list = [None] * dist.get_world_size()
         dist.all_gather_object(parts, mine if self.rank_in("tp") == 0 and self.data_parallel()[1] == 0 else {})
-        if self.state.rank != 0:
+        if not wanted:
             return {}
         whole: dict = {}
         for part in parts:
