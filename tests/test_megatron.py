@@ -34,7 +34,7 @@ def _launch(folder: Path, nproc: int, flags: list, spec: dict) -> dict:
             **spec}
     layout = ["--use_megatron_lm", *flags, "--megatron_lm_gradient_clipping", CLIP] if flags else []
     cmd = [sys.executable, "-m", "hpc", "launch", "--nproc", str(nproc), *layout, str(WORKER), json.dumps(spec)]
-    done = subprocess.run(cmd, cwd=folder, env=launch_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, cwd=folder, env=launch_env(), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return torch.load(spec["out"])
 
