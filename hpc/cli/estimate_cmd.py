@@ -95,6 +95,8 @@ def _print_dtypes(model: str, dtypes: list[str], as_json: bool) -> None:
 @click.option("--cp", "--cp-size", "cp", type=click.IntRange(min=1), default=1, show_default=True,
               help="Context-parallel ranks (ParallelismConfig cp_size): each sequence is cut in cp parts, so "
                    "activations per rank divide by cp; FSDP2 shards the state over dp_shard x cp.")
+@click.option("--pp", "--pp-degree", "pp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Pipeline stages (MegatronLMPlugin pp_degree): each rank holds 1/pp of the layers.")
 @click.option("--dp-replicate", "--dp-replicate-size", "dp_replicate", type=click.IntRange(min=1), default=1,
               show_default=True, help="HSDP's replicas (ParallelismConfig dp_replicate_size).")
 @click.option("--dtypes", multiple=True, is_flag=False, flag_value="all", metavar="[LIST]",
@@ -103,7 +105,7 @@ def _print_dtypes(model: str, dtypes: list[str], as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @click.pass_context
 def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profile, gpu_memory, headroom, batch_size,
-                    seq_len, hidden_size, layers, heads, activation_checkpointing, tp, cp, dp_replicate, dtypes,
+                    seq_len, hidden_size, layers, heads, activation_checkpointing, tp, cp, pp, dp_replicate, dtypes,
                     as_json):
     """Estimate training memory per GPU for MODEL: a parameter count (7B, 125M, 1.3e9), a local HuggingFace
     model folder (its config.json; needs transformers) or module:callable; models are built on the meta device.
@@ -118,6 +120,7 @@ def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profil
           --hidden-size 2048 --layers 24 --heads 16 --activation-checkpointing
       hpc estimate-memory mypkg.model:build --world-size 4 --json
       hpc estimate-memory 70B --world-size 64 --tp 8 --dp-replicate 2 --gpu-memory 80G
+      hpc estimate-memory 70B --world-size 64 --tp 8 --pp 4 --gpu-memory 80G     # Megatron-LM's layout
       hpc estimate-memory 8B --world-size 16 --tp 2 --cp 4 --batch-size 1 --seq-len 262144 \\
           --hidden-size 4096 --layers 32 --activation-checkpointing --gpu-memory 80G
       hpc estimate-memory ./Llama-3.1-8B --dtypes float16,int4
@@ -149,10 +152,10 @@ def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profil
             raise HpcError("the activation estimate needs --batch-size, --seq-len, --hidden-size and --layers",
                            fix="give all four, or none")
         shape = est.Shape(batch_size, seq_len, hidden_size, layers, heads, activation_checkpointing)
-    meshed = tp > 1 or cp > 1 or dp_replicate > 1
+    meshed = tp > 1 or cp > 1 or dp_replicate > 1 or pp > 1
     names = strategies or (est.MESH_STRATEGIES if meshed else est.STRATEGIES)
     results = [est.estimate(count, s, precision=precision, world_size=world_size, shape=shape, tp=tp, cp=cp,
-                            dp_replicate=dp_replicate) for s in names]
+                            dp_replicate=dp_replicate, pp=pp) for s in names]
     capacity = int(formats.parse_memory(capacity_text) * 2**20 * (1 - headroom)) if capacity_text else None
     best = est.cheapest_fit(results, capacity) if capacity else None
     fast = _fast_tier(prof, results, est, formats)

@@ -21,6 +21,11 @@ Activations: the per-layer transformer estimate of Korthikanti et al. (2022) whe
   ranks are part of FSDP's shard group (dp_shard x cp = world / (tp x dp_replicate)), so the state per rank is
   what FSDP over the same ranks holds.
 
+- Pipeline parallelism over `pp` stages (Megatron-LM's layout, MegatronLMPlugin pp_degree): each stage holds
+  1/pp of the layers, so weights, gradients and moments divide by pp before FSDP shards them over the data ranks
+  (world / (tp x pp x dp_replicate)). Activations: under 1F1B the first stage keeps pp micro-batches in flight, each
+  through its L/pp layers, so a rank holds L layers' activations of one micro-batch (--batch-size), as unsplit.
+
 Per-dtype sizes (`--dtypes`) follow `accelerate estimate-memory` instead, so that its numbers can be compared
 one to one: see dtype_sizes.
 """
@@ -103,22 +108,24 @@ def parse_count(text: str | int | float) -> int:
 MESH_STRATEGIES = ("fsdp_grad_op", "fsdp", "fsdp_offload")  # what a ParallelismConfig composes with
 
 
-def mesh_label(strategy: str, tp: int, dp_replicate: int, cp: int = 1) -> str:
-    parts = [f"tp {tp}"] if tp > 1 else []
+def mesh_label(strategy: str, tp: int, dp_replicate: int, cp: int = 1, pp: int = 1) -> str:
+    parts = [f"pp {pp}"] if pp > 1 else []
+    parts += [f"tp {tp}"] if tp > 1 else []
     parts += [f"cp {cp}"] if cp > 1 else []
     parts += [f"replicate {dp_replicate}"] if dp_replicate > 1 else []
     return f"{strategy} ({', '.join(parts)})" if parts else strategy
 
 
 def estimate(num_params: int, strategy: str, *, precision: str = "no", world_size: int = 1,
-             shape: Shape | None = None, tp: int = 1, dp_replicate: int = 1, cp: int = 1) -> Estimate:
+             shape: Shape | None = None, tp: int = 1, dp_replicate: int = 1, cp: int = 1, pp: int = 1) -> Estimate:
     if strategy not in STRATEGIES:
         raise HpcError(f"strategy {strategy!r} is not known", fix=f"use one of {', '.join(STRATEGIES)}")
     mesh = f"tp {tp} x cp {cp} x replicate {dp_replicate}" if cp != 1 else f"tp {tp} x replicate {dp_replicate}"
-    if (tp > 1 or cp > 1 or dp_replicate > 1) and strategy not in MESH_STRATEGIES:
+    mesh = f"pp {pp} x {mesh}" if pp != 1 else mesh
+    if (tp > 1 or cp > 1 or dp_replicate > 1 or pp > 1) and strategy not in MESH_STRATEGIES:
         raise HpcError(f"{strategy} with {mesh}: a mesh composes with FSDP2 only",
                        fix=f"use {', '.join(MESH_STRATEGIES)}")
-    if tp < 1 or cp < 1 or dp_replicate < 1 or world_size % (tp * cp * dp_replicate):
+    if tp < 1 or cp < 1 or dp_replicate < 1 or pp < 1 or world_size % (tp * cp * dp_replicate * pp):
         raise HpcError(f"{mesh} does not divide {world_size} GPU(s)",
                        fix="give sizes whose product divides the world size")
     if precision not in PRECISIONS:
@@ -140,7 +147,8 @@ def estimate(num_params: int, strategy: str, *, precision: str = "no", world_siz
     elif base == "zero3":
         params, grads, opt = b * P / N, b * P / N, (adam + master) / N
     else:  # fsdp, fsdp_grad_op: fp32 shards of everything, over dp_shard x cp after tp cut it
-        shards = tp * (N // (tp * dp_replicate))  # tp x (dp_shard x cp): cp's ranks are in FSDP's shard group
+        # pp x tp x (dp_shard x cp): cp's ranks are in FSDP's shard group; each stage holds 1/pp of the layers
+        shards = pp * tp * (N // (pp * tp * dp_replicate))
         params, grads, opt = 4 * P / shards, 4 * P / shards, adam / shards
     host = 0
     if offload:
@@ -148,7 +156,7 @@ def estimate(num_params: int, strategy: str, *, precision: str = "no", world_siz
         if base in ("zero3", "fsdp"):  # weights and gradients live on the host too; the GPU sees a layer at a time
             host, params, grads = host + params + grads, 0, 0
     activations = shape.activation_bytes(b, tp, cp) if shape else 0
-    return Estimate(mesh_label(strategy, tp, dp_replicate, cp), int(params), int(grads), int(opt), activations,
+    return Estimate(mesh_label(strategy, tp, dp_replicate, cp, pp), int(params), int(grads), int(opt), activations,
                     int(host))
 
 

@@ -3,7 +3,7 @@
 `accelerate launch --fsdp_offload_params true`, an `accelerate config` file (`fsdp_config: {fsdp_offload_params:
 true}`, flattened here) and the `FSDP_OFFLOAD_PARAMS` variable name the same setting. Each setting becomes
 hpc job keys, a note saying what hpc does instead (SLURM already knows the machine rank), or a one-line error
-(a TPU, Megatron-LM). Settings equal to Accelerate's own defaults ask for nothing and say nothing. Torch-free.
+(a TPU). Settings equal to Accelerate's own defaults ask for nothing and say nothing. Torch-free.
 """
 
 from __future__ import annotations
@@ -162,10 +162,11 @@ def ignore(ctx: _Context, name: str, value: Any) -> None:
 
 def _distributed_type(ctx: _Context, name: str, value: Any) -> None:
     kind = str(getattr(value, "value", value)).strip().upper()
-    if kind == "MEGATRON_LM":
-        ctx.fail(name, value, "hpc does not drive Megatron-LM's own model classes and loop",
-                 "use FSDP with parallelism_config_tp_size / parallelism_config_cp_size (the same degrees on "
-                 "torch's tensor and context parallelism)")
+    if kind == "MEGATRON_LM":  # Megatron-LM's layout on torch's parallelism: the job's Accelerator reads it
+        env = dict(ctx.out.values.get("env") or {})
+        env["ACCELERATE_USE_MEGATRON_LM"] = "true"
+        ctx.out.values["env"] = env
+        return
     if kind not in _DISTRIBUTED:
         ctx.fail(name, value, "is a device or engine hpc does not run (it runs CPUs and NVIDIA GPUs)",
                  f"use one of {', '.join(_DISTRIBUTED)}")
@@ -303,22 +304,57 @@ def _spelled(ctx: _Context, name: str, other: str) -> str:
     return f"--{other}" if ctx.spell(name).startswith("--") else other
 
 
-_MEGATRON_REFUSED = refuse(None, False, "false", problem="Megatron-LM is not supported by hpc",
-                           fix="use FSDP or DeepSpeed (distributed_type FSDP or DEEPSPEED)")
-# Megatron's sizes that a ParallelismConfig (with FSDP) builds too
-_MEGATRON_SIZES = {"tp_degree": "tp_size", "context_parallel_size": "cp_size"}
+# the Megatron-LM settings hpc reads in the job (MegatronLMPlugin, from the MEGATRON_LM_* variables Accelerate's
+# launcher sets) and how each is checked here
+_MEGATRON_READ = {"tp_degree": "int", "pp_degree": "int", "num_micro_batches": "int", "sequence_parallelism": "bool",
+                  "recompute_activations": "bool", "use_distributed_optimizer": "bool", "gradient_clipping": "float",
+                  "pipeline_schedule": "schedule"}
+# the ones whose default asks for nothing; other values have no counterpart in hpc's layout
+_MEGATRON_QUIET = {"context_parallel_size": ("1", "2", "none", ""), "expert_model_parallel_size": ("1", "none", ""),
+                   "expert_tensor_parallel_size": ("1", "none", ""), "use_custom_fsdp": ("false", "none", ""),
+                   "optimizer_cpu_offload": ("false", "none", "")}
 
 
 def _megatron(ctx: _Context, name: str, value: Any) -> None:
+    """distributed_type MEGATRON_LM's settings: the MEGATRON_LM_* variables the job's MegatronLMPlugin reads, as
+    `accelerate launch --use_megatron_lm` exports them; hpc lays them over torch's parallelism
+    (hpc/runtime/strategies/megatron.py)."""
+    env = dict(ctx.out.values.get("env") or {})
+    if name == "use_megatron_lm":
+        if _bool(ctx, name, value):
+            env["ACCELERATE_USE_MEGATRON_LM"] = "true"
+        ctx.out.values["env"] = env
+        return
     setting = name
     while setting.startswith("megatron_lm_"):  # a config file's megatron_lm_config keys carry the prefix already
         setting = setting.removeprefix("megatron_lm_")
-    size = str(value).strip()
-    if setting in _MEGATRON_SIZES and size.isdigit() and int(size) > 1:
-        ctx.fail(name, value, "Megatron-LM is not supported by hpc",
-                 f"use {_spelled(ctx, name, 'parallelism_config_' + _MEGATRON_SIZES[setting])} {int(size)} with "
-                 "distributed_type FSDP (ParallelismConfig over FSDP2)")
-    _MEGATRON_REFUSED(ctx, name, value)
+    if value is None:  # `accelerate config` writes null for "not said"
+        return
+    kind = _MEGATRON_READ.get(setting)
+    if kind == "int":
+        number = _int(ctx, name, value)
+        if number < 1:
+            ctx.fail(name, value, "must be 1 or more", "write e.g. 2")
+        text = str(number)
+    elif kind == "bool":
+        text = _flag_text(_bool(ctx, name, value))
+    elif kind == "float":
+        text = str(_float(ctx, name, value))
+    elif kind == "schedule":
+        text = str(value).strip().lower()
+        if text not in ("1f1b", "gpipe"):
+            ctx.fail(name, value, "is not a pipeline schedule hpc runs", "use 1f1b or gpipe")
+    else:
+        if str(value).strip().lower() not in _MEGATRON_QUIET.get(setting, ()):
+            ctx.note(name, value, "not used by hpc's Megatron-LM layout (it lays tp_degree x pp_degree x data "
+                                  "parallelism over torch's own parallelism)")
+        return
+    env[f"MEGATRON_LM_{setting.upper()}"] = text
+    ctx.out.values["env"] = env
+
+
+def _flag_text(flag: bool) -> str:
+    return "true" if flag else "false"
 
 
 _MEGATRON = _megatron
@@ -388,7 +424,8 @@ SETTINGS: dict[str, Callable] = {
     "machine_rank": expect("machine_rank", _int, "SLURM numbers the nodes; hpc submit leaves it to SLURM"),
     "main_process_ip": expect("main_process_ip", lambda ctx, n, v: str(v),
                               "the job's first node is the main process"),
-    "main_process_port": key("main_process_port", _int),
+    # `accelerate config` writes null for "not said" (Accelerate reads it as unset)
+    "main_process_port": lambda ctx, name, v: None if v is None else key("main_process_port", _int)(ctx, name, v),
     "gpu_ids": _gpu_ids,
     "rdzv_backend": quiet_if("static", "c10d", note="is not a rendezvous torch knows; hpc uses static (srun) "
                                                     "or c10d (torchrun)"),
@@ -590,11 +627,14 @@ ENV_SETTINGS = {
     "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE": "offload_param_device",
     "ACCELERATE_DEEPSPEED_ZERO3_INIT": "zero3_init_flag",
     "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "zero3_save_16bit_model",
+    "ACCELERATE_USE_MEGATRON_LM": "use_megatron_lm",
 }
 
 
 def from_environ(environ) -> Translation:
-    """The ACCELERATE_* and FSDP_* variables set in this process, in hpc's terms."""
+    """The ACCELERATE_*, FSDP_* and MEGATRON_LM_* variables set in this process, in hpc's terms."""
     settings = {ENV_SETTINGS[name]: value for name, value in environ.items() if name in ENV_SETTINGS}
+    settings.update({name.lower(): value for name, value in environ.items() if name.startswith("MEGATRON_LM_")})
     by_setting = {setting: name for name, setting in ENV_SETTINGS.items()}
-    return translate(settings, "environment", spell=lambda setting: by_setting.get(setting, setting))
+    return translate(settings, "environment", spell=lambda setting: by_setting.get(
+        setting, setting.upper() if setting.startswith("megatron_lm_") else setting))

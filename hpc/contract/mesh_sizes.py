@@ -58,7 +58,9 @@ def sizes(env: dict) -> dict[str, int] | None:
 
 def check(env: dict, nodes: int, per_node: int, elastic: str | None, min_nodes: int | None = None) -> None:
     """One line when the mesh cannot be laid over the job: sizes whose product is not its ranks, tensor and
-    context parallelism (tp x cp, the innermost dimensions) that do not fit in one node's processes."""
+    context parallelism (tp x cp, the innermost dimensions) that do not fit in one node's processes; a Megatron-LM
+    layout (tp x pp x dp) likewise."""
+    megatron_check(env, nodes, per_node, elastic)
     mesh = sizes(env)
     if mesh is None or all(v == 1 for v in mesh.values()):
         return
@@ -83,3 +85,30 @@ def check(env: dict, nodes: int, per_node: int, elastic: str | None, min_nodes: 
         raise HpcError(f"ParallelismConfig {shown}: tp x cp = {inner} does not divide a node's {per_node} "
                        "processes (its collectives in every layer would cross nodes)",
                        fix=f"use a tp x cp that divides {per_node}, or {inner} processes per node")
+
+
+def _megatron_size(env: dict, name: str) -> int:
+    raw = env.get(f"MEGATRON_LM_{name}", "1")
+    try:
+        return int(raw) if raw not in ("", "None") else 1
+    except ValueError:
+        raise HpcError(f"MEGATRON_LM_{name}={raw!r} is not a whole number", fix="set it to 1 or more") from None
+
+
+def megatron_check(env: dict, nodes: int, per_node: int, elastic: str | None) -> None:
+    """distributed_type MEGATRON_LM: tp_degree x pp_degree must divide the job's processes (the data-parallel
+    ranks are what is left), tp_degree a node's (its all-reduces in every layer stay within a node)."""
+    if str(env.get("ACCELERATE_USE_MEGATRON_LM", "")).lower() not in ("1", "true", "yes"):
+        return
+    tp, pp = _megatron_size(env, "TP_DEGREE"), _megatron_size(env, "PP_DEGREE")
+    world = nodes * per_node
+    if elastic and tp * pp > 1:
+        raise HpcError(f"Megatron-LM tp {tp} x pp {pp} with elastic {elastic}: its layout has a fixed number of "
+                       "ranks", fix="drop --elastic")
+    if world % (tp * pp):
+        raise HpcError(f"Megatron-LM tp_degree {tp} x pp_degree {pp} does not divide the job's {world} processes "
+                       f"({nodes} node(s) x {per_node})", fix="make the processes a multiple of tp x pp (the data-"
+                       "parallel ranks are the rest)")
+    if per_node % tp:
+        raise HpcError(f"Megatron-LM tp_degree {tp} does not divide a node's {per_node} processes (its "
+                       "collectives in every layer would cross nodes)", fix=f"use a tp_degree that divides {per_node}")

@@ -134,8 +134,8 @@ class Accelerator:
     process_index = _read("_process.rank")
     local_process_index = _read("_process.local_rank")
     num_processes = _read("_process.world_size")
-    is_main_process = _read("_process.is_main_process")
-    is_local_main_process = _read("_process.is_local_main_process")
+    is_main_process = _read("_process.script_main_process")  # Megatron-LM's layout: the last rank, as Accelerate's
+    is_local_main_process = _read("_process.script_local_main_process")
     is_last_process = _read("_process.is_last_process")
     use_distributed = _read("_process.distributed")
     split_batches = _read("dataloader_config.split_batches")

@@ -36,7 +36,8 @@ from hpc.runtime.settings import (
     Resilience,
     job_values,
 )
-from hpc.runtime.strategies import megatron, plugin_strategy
+from hpc.runtime.strategies import plugin_strategy
+from hpc.runtime.strategies.megatron_plugin import MegatronLMPlugin
 from hpc.runtime.strategies.plugins import DeepSpeedPlugin, FullyShardedDataParallelPlugin
 
 HANDLERS = (DistributedDataParallelKwargs, GradScalerKwargs, InitProcessGroupKwargs, AutocastKwargs, ProfileKwargs,
@@ -49,8 +50,11 @@ def refuse_unsupported(*, device_placement: bool, rng_types, project_config, dee
     if deepspeed_plugins is not None:
         raise HpcError("Accelerator(deepspeed_plugins=...) is not supported by hpc (several DeepSpeed engines are "
                        "not built in)", fix="pass one deepspeed_plugin")
-    if megatron_lm_plugin is not None:
-        megatron.refuse(megatron_lm_plugin)
+    if megatron_lm_plugin is not None and not isinstance(megatron_lm_plugin, MegatronLMPlugin):
+        raise HpcError(f"megatron_lm_plugin must be a MegatronLMPlugin, not {type(megatron_lm_plugin).__name__}",
+                       fix="from hpc.utils import MegatronLMPlugin")
+    if megatron_lm_plugin is not None and parallelism_config is not None:
+        raise HpcError("megatron_lm_plugin and parallelism_config each lay out the mesh", fix="pass one of them")
     if not device_placement:
         raise HpcError("Accelerator(device_placement=False) is not supported by hpc (prepare() places models "
                        "and batches on the process's device)", fix="drop device_placement")
@@ -66,15 +70,22 @@ def refuse_unsupported(*, device_placement: bool, rng_types, project_config, dee
                        fix="pass one DeepSpeedPlugin (or a dict of its settings)")
 
 
-def choose_strategy(values: dict, fsdp_plugin, deepspeed_plugin) -> tuple[str | None, object]:
-    """Code beats the runtime config: a plugin passed here picks its strategy."""
-    if fsdp_plugin is not None and deepspeed_plugin is not None:
-        raise HpcError("fsdp_plugin and deepspeed_plugin were both given", fix="pass one of them")
+def choose_strategy(values: dict, fsdp_plugin, deepspeed_plugin, megatron_lm_plugin=None) -> tuple[str | None, object]:
+    """Code beats the runtime config: a plugin passed here picks its strategy. The Megatron-LM layout is asked for
+    in code or by ACCELERATE_USE_MEGATRON_LM (with MEGATRON_LM_*, as `accelerate launch --use_megatron_lm` sets)."""
+    given = [n for n, p in (("fsdp_plugin", fsdp_plugin), ("deepspeed_plugin", deepspeed_plugin),
+                            ("megatron_lm_plugin", megatron_lm_plugin)) if p is not None]
+    if len(given) > 1:
+        raise HpcError(f"{' and '.join(given)} were both given", fix="pass one of them")
+    if megatron_lm_plugin is not None:
+        return "megatron", megatron_lm_plugin
     if fsdp_plugin is not None:
         return "fsdp", fsdp_plugin
     if deepspeed_plugin is not None:
         return "deepspeed", DeepSpeedPlugin.coerce(deepspeed_plugin)
     kind = values.get("strategy")
+    if not given and os.environ.get("ACCELERATE_USE_MEGATRON_LM", "").strip().lower() in ("1", "true", "yes"):
+        return "megatron", MegatronLMPlugin()
     if kind == "fsdp":
         return kind, FullyShardedDataParallelPlugin.from_config(values)
     if kind == "deepspeed":
@@ -160,9 +171,12 @@ def _resolve(*, split_batches, mixed_precision, gradient_accumulation_steps, cpu
         values.update(dynamo_plugin.as_settings())
     if dynamo_backend is not None:
         values["dynamo_backend"] = str(getattr(dynamo_backend, "value", dynamo_backend))
-    kind, plugin = choose_strategy(values, fsdp_plugin, deepspeed_plugin)
+    kind, plugin = choose_strategy(values, fsdp_plugin, deepspeed_plugin, _refused_or_kept.get("megatron_lm_plugin"))
     mesh_config, tp_plan = parallelism_of(_refused_or_kept.get("parallelism_config"),
                                           _refused_or_kept.get("torch_tp_plugin"))
+    if mesh_config is not None and kind == "megatron":
+        raise HpcError(f"ParallelismConfig {mesh_config.describe()} with the Megatron-LM layout: the plugin's "
+                       "tp_degree and pp_degree lay out the mesh", fix="drop the ParallelismConfig variables")
     if mesh_config is not None:
         if kind == "deepspeed":
             raise HpcError(f"ParallelismConfig {mesh_config.describe()} with DeepSpeed: hpc composes tensor "

@@ -285,7 +285,6 @@ def test_launch_flags_that_slurm_decides_are_explained_or_refused(tmp_path):
     odd = hpc(tmp_path, "render", "-p", "slurm-local", "-N", "2", "--num_processes", "3", "t.py")
     assert odd.returncode == 2 and "--num_processes = 3: is not 2 nodes x" in odd.stderr
     for args, expected in [(["--tpu"], "--tpu = True: is for TPUs"),
-                           (["--use_megatron_lm"], "Megatron-LM is not supported"),
                            (["-p", "slurm-local", "--gpu_ids", "0,1"], "SLURM gives each job its own GPUs"),
                            (["--cpu-bind", "cores"], "CPU binding is srun's"),
                            (["--fsdp_state_dict_type", "LOCAL_STATE_DICT"], "LOCAL_STATE_DICT is FSDP1's own"),

@@ -13,7 +13,6 @@ from hpc import ParallelismConfig
 from hpc.errors import HpcError
 from hpc.runtime import settings_resolver
 from hpc.runtime.parallel import tensor_parallel
-from hpc.runtime.strategies import megatron
 from hpc.utils import TorchTensorParallelConfig, TorchTensorParallelPlugin
 
 
@@ -105,19 +104,6 @@ def test_a_plan_hpc_cannot_apply_is_one_line():
     assert "does not divide into 2" in one_line(e)
 
 
-@pytest.mark.parametrize("plugin,words", [
-    ({"tp_degree": 2, "pp_degree": 2}, "pipeline-parallel training"),
-    ({"tp_degree": 4, "recompute_activations": True}, "ParallelismConfig(tp_size=4, dp_shard_size=...)"),
-    ({"tp_degree": 2, "context_parallel_size": 4}, "ParallelismConfig(tp_size=2, cp_size=4, dp_shard_size=...)"),
-    ({"context_parallel_size": 2}, "ParallelismConfig(cp_size=2, dp_shard_size=...)"),
-    ({"context_parallel_size": 2, "pp_degree": 2}, "ParallelismConfig(cp_size=2, dp_shard_size=...)"),
-])
-def test_a_megatron_config_gets_one_line_naming_what_to_use(plugin, words):
-    with pytest.raises(HpcError) as e:
-        megatron.refuse(plugin)
-    assert words in one_line(e)
-
-
 # --- the login side: Accelerate's flags and config keys, checked before anything is queued ------------------
 def render(tmp_path, *args):
     from tests.unit.test_accelerate_compat import hpc
@@ -201,7 +187,10 @@ def test_submit_dry_run_checks_a_config_files_cp_size_against_the_jobs_processes
     (["--parallelism_config_cp_backend", "deepspeed"], "fix: use torch"),
     (["--parallelism_config_sp_size", "2"], "sequence parallelism (DeepSpeed Ulysses) is not built into hpc; "
                                             "fix: use --parallelism_config_cp_size 2 instead"),
-    (["--megatron_lm_context_parallel_size", "2"], "fix: use --parallelism_config_cp_size 2 with distributed_type"),
+    (["--use_megatron_lm", "--megatron_lm_tp_degree", "2", "--megatron_lm_pp_degree", "3"],
+     "Megatron-LM tp_degree 2 x pp_degree 3 does not divide the job's 4 processes"),
+    (["--use_megatron_lm", "--megatron_lm_tp_degree", "4"], "Megatron-LM tp_degree 4 does not divide a node's 2"),
+    (["--use_megatron_lm", "--megatron_lm_pipeline_schedule", "zigzag"], "is not a pipeline schedule hpc runs"),
     (["--parallelism_config_tp_size", "0"], "must be 1 or more"),
     (["--parallelism_config_cp_size", "2", "--parallelism_config_dp_replicate_size", "2"],
      "cannot be composed with pure data parallelism"),  # as the runtime would refuse it, before the queue
@@ -278,14 +267,18 @@ def test_estimate_memory_cp_flag():
     assert "tp 1 x cp 4 x replicate 1 does not divide 6 GPU(s)" in bad.stderr
 
 
-@pytest.mark.parametrize("kind,words", [
-    ("MEGATRON_LM", "distributed_type = 'MEGATRON_LM': hpc does not drive Megatron-LM's own model classes"),
-    # the keys Accelerate writes under megatron_lm_config carry their prefix: read once, not as megatron_lm_megatron_
-    ("FSDP", "megatron_lm_config.megatron_lm_tp_degree = 2: Megatron-LM is not supported by hpc; fix: use "
-             "parallelism_config_tp_size 2"),
-])
-def test_an_accelerate_megatron_config_file_is_answered_with_the_parallelism_config_keys(tmp_path, kind, words):
-    (tmp_path / "acc.yaml").write_text(f"distributed_type: {kind}\nmegatron_lm_config:\n  megatron_lm_tp_degree: 2\n"
-                                       "  megatron_lm_context_parallel_size: 2\n")
+def test_an_accelerate_megatron_config_file_as_accelerate_config_writes_it_is_taken(tmp_path):
+    """The seed's file: distributed_type MEGATRON_LM, megatron_lm_config's keys with their prefix, a null port."""
+    (tmp_path / "acc.yaml").write_text(
+        "compute_environment: LOCAL_MACHINE\ndistributed_type: MEGATRON_LM\nmain_process_ip: null\n"
+        "main_process_port: null\nmachine_rank: 0\nnum_machines: 2\nnum_processes: 4\nmegatron_lm_config:\n"
+        "  megatron_lm_gradient_clipping: 1.0\n  megatron_lm_num_micro_batches: 2\n  megatron_lm_pp_degree: 2\n"
+        "  megatron_lm_recompute_activations: true\n  megatron_lm_sequence_parallelism: true\n"
+        "  megatron_lm_tp_degree: 2\n  megatron_lm_use_distributed_optimizer: false\n")
     done = render(tmp_path, "--config_file", str(tmp_path / "acc.yaml"))
-    assert done.returncode == 2 and words in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert done.returncode == 0, done.stderr
+    for line in ("ACCELERATE_USE_MEGATRON_LM=true", "MEGATRON_LM_TP_DEGREE=2", "MEGATRON_LM_PP_DEGREE=2",
+                 "MEGATRON_LM_NUM_MICRO_BATCHES=2", "MEGATRON_LM_SEQUENCE_PARALLELISM=true",
+                 "MEGATRON_LM_RECOMPUTE_ACTIVATIONS=true", "MEGATRON_LM_USE_DISTRIBUTED_OPTIMIZER=false",
+                 "MEGATRON_LM_GRADIENT_CLIPPING=1.0"):
+        assert f"export {line}" in done.stdout, line

@@ -18,8 +18,10 @@ def _shape(value) -> tuple[int, ...] | None:
     return tuple(int(n) for n in shape) if shape is not None else None
 
 
-def check(folder: Path, what: str, saved: dict, model: dict) -> None:
-    """``saved`` and ``model``: key -> tensor (or anything with a shape; None for a non-tensor entry)."""
+def check(folder: Path, what: str, saved: dict, model: dict, whole: set | None = None) -> None:
+    """``saved`` and ``model``: key -> tensor (or anything with a shape; None for a non-tensor entry). ``whole``:
+    the keys of the whole model where this rank holds a part of it (a pipeline stage): the checkpoint's other keys
+    are other stages', not extra."""
     problems = []
     for key, value in model.items():
         if key not in saved:
@@ -28,7 +30,8 @@ def check(folder: Path, what: str, saved: dict, model: dict) -> None:
         have, want = _shape(saved[key]), _shape(value)
         if have is not None and want is not None and have != want:
             problems.append(f"{key} is {list(have)} in the checkpoint, {list(want)} in the model")
-    problems += [f"{key} is in the checkpoint, not in the model" for key in saved if key not in model]
+    whole = set(model) if whole is None else whole
+    problems += [f"{key} is in the checkpoint, not in the model" for key in saved if key not in whole]
     if not problems:
         return
     more = f" (and {len(problems) - _SHOWN} more)" if len(problems) > _SHOWN else ""

@@ -143,7 +143,8 @@ class DcpFormat:
         state = {f"model_{i}": get_model_state_dict(m) for i, m in enumerate(models)}
         for i, opt in enumerate(optimizers):
             opt = _unwrapped(opt)
-            state[f"optimizer_{i}"] = get_optimizer_state_dict(_owner(opt, models), opt)
+            state[f"optimizer_{i}"] = get_optimizer_state_dict(_owner(opt, models), opt,
+                                                               options=self.optimizer_options())
         return state
 
     def stage(self, models, optimizers, copy: StagingBuffers | None, background: bool) -> Staged:
@@ -174,6 +175,14 @@ class DcpFormat:
 
         return Staged(write_sync, background_ok=False)
 
+    def optimizer_options(self):
+        """torch's StateDictOptions for the optimizers' state (None: its defaults)."""
+        return None
+
+    def whole_keys(self, model_state: dict) -> set | None:
+        """The whole model's keys where this rank holds a part (a pipeline stage); None: this rank's are all."""
+        return None
+
     def load(self, folder: Path, models, optimizers) -> None:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import (
@@ -189,7 +198,7 @@ class DcpFormat:
             prefix = f"model_{i}."
             shapes = {k[len(prefix):]: _Shape(tuple(v.size)) if hasattr(v, "size") else None
                       for k, v in saved.items() if k.startswith(prefix)}
-            fit.check(folder, f"model {i}", shapes, state[f"model_{i}"])
+            fit.check(folder, f"model {i}", shapes, state[f"model_{i}"], self.whole_keys(state[f"model_{i}"]))
         planner = dcp_safe.SafeLoadPlanner()
         dcp_safe.loading(folder / self.folder, lambda: dcp.load(
             state, storage_reader=dcp_safe.SafeReader(str(folder / self.folder)), planner=planner), planner)
@@ -197,7 +206,8 @@ class DcpFormat:
             set_model_state_dict(model, state[f"model_{i}"])
         for i, opt in enumerate(optimizers):
             opt = _unwrapped(opt)
-            set_optimizer_state_dict(_owner(opt, models), opt, state[f"optimizer_{i}"])
+            set_optimizer_state_dict(_owner(opt, models), opt, state[f"optimizer_{i}"],
+                                     options=self.optimizer_options())
 
 
 class DeepSpeedFormat:

@@ -6,6 +6,7 @@ The order, each step skipped where it has nothing to do:
 1. precision: fp8's Float8Linear layers (torchao, fp8.py) and the forward run under autocast (precision.py).
    First, on the whole model, so that FSDP2 wraps the Float8Linear layers and gathers their shards in fp8.
 2. place: the strategy's (the device; FSDP2's materialization of meta weights and their broadcast from rank 0).
+   Then the pipeline split (pipeline.py): the model trimmed to this rank's stage, before anything cuts it.
 3. context-parallel hooks (context_parallel/): the model's forward handed this rank's sequence positions.
 4. tensor parallelism (tensor_parallel.py): the model's tp_plan on the mesh's "tp", unless transformers applied it
    already (from_pretrained(tp_plan=..., device_mesh=...)).
@@ -46,6 +47,7 @@ class ModelSettings:
     activation_checkpointing: bool = False
     checkpoint_layers: frozenset[str] = field(default_factory=frozenset)
     compile: Callable | None = None
+    split: Callable[[torch.nn.Module], torch.nn.Module] | None = None  # the pipeline stage's trim (pipeline.trim)
 
 
 def parallelize(model: torch.nn.Module, mesh, settings: ModelSettings, *, place: Step | None = None,
@@ -57,6 +59,8 @@ def parallelize(model: torch.nn.Module, mesh, settings: ModelSettings, *, place:
         settings.precision(model)
     if place is not None:
         model = place(model)
+    if settings.split is not None:
+        model = settings.split(model)
     if settings.context_parallel is not None:
         settings.context_parallel.prepare_model(model)
     if mesh is not None and mesh.device_mesh is not None and mesh.tp_enabled and not tensor_parallel.applied(model):

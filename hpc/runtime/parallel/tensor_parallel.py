@@ -100,3 +100,39 @@ def applied(model: torch.nn.Module) -> bool:
     from torch.distributed.tensor import DTensor
 
     return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def decoder_plan(sequence_parallel: bool) -> dict:
+    """Megatron-LM's tensor-parallel layout of a transformers decoder (model.embed_tokens, model.layers.*, model.norm,
+    lm_head), as torch ParallelStyles: the embedding cut by vocabulary, attention and MLP by heads and columns, the
+    head by vocabulary and gathered. With ``sequence_parallel`` the norms and the residual stream between them are
+    split along the sequence over the tp ranks (torch's SequenceParallel): the row-cut layers reduce-scatter where
+    they would all-reduce, and the attention and MLP all-gather their input, as Megatron-LM's sequence parallelism."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    between = Shard(1) if sequence_parallel else Replicate()  # the residual stream's layout
+    plan = {
+        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=between),
+        "lm_head": ColwiseParallel(input_layouts=between, output_layouts=Replicate()),
+    }
+    layer = "model.layers.*."
+    for name in ("q_proj", "k_proj", "v_proj"):
+        plan[f"{layer}self_attn.{name}"] = ColwiseParallel()
+    plan[f"{layer}self_attn.o_proj"] = RowwiseParallel(output_layouts=between)
+    for name in ("gate_proj", "up_proj"):
+        plan[f"{layer}mlp.{name}"] = ColwiseParallel()
+    plan[f"{layer}mlp.down_proj"] = RowwiseParallel(output_layouts=between)
+    if sequence_parallel:
+        for name in ("input_layernorm", "post_attention_layernorm"):
+            plan[f"{layer}{name}"] = SequenceParallel()
+        plan["model.norm"] = SequenceParallel()
+        plan[f"{layer}self_attn"] = PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
+                                                       desired_input_kwarg_layouts={"hidden_states": Replicate()})
+        plan[f"{layer}mlp"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    return plan

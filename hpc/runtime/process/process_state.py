@@ -44,6 +44,20 @@ class ProcessState:
     def is_local_main_process(self) -> bool:
         return self.env.local_rank == 0
 
+    # what the script's `accelerator.is_main_process` answers: under Megatron-LM's layout the last rank, where the
+    # pipeline's loss is (as Accelerate's); hpc's own bookkeeping keeps rank 0 (is_main_process)
+    main_is_last = False
+
+    @property
+    def script_main_process(self) -> bool:
+        return self.env.rank == self.env.world_size - 1 if self.main_is_last else self.env.rank == 0
+
+    @property
+    def script_local_main_process(self) -> bool:
+        if self.main_is_last:
+            return self.env.local_rank == self.env.local_world_size - 1
+        return self.env.local_rank == 0
+
     @property
     def is_last_process(self) -> bool:
         return self.env.rank == self.env.world_size - 1

@@ -57,7 +57,8 @@ def is_initialized() -> bool:
     return _accelerator() is not None
 
 
-_STRATEGY_TYPES = {"single": DistributedType.NO, "fsdp": DistributedType.FSDP, "deepspeed": DistributedType.DEEPSPEED}
+_STRATEGY_TYPES = {"single": DistributedType.NO, "fsdp": DistributedType.FSDP, "deepspeed": DistributedType.DEEPSPEED,
+                   "megatron": DistributedType.MEGATRON_LM}
 
 
 def distributed_type_of(kind, device: torch.device, world: int) -> DistributedType:
@@ -372,6 +373,16 @@ class AcceleratorState:
     @property
     def fsdp_plugin(self):
         return self._plugin(DistributedType.FSDP)
+
+    @property
+    def megatron_lm_plugin(self):
+        return self._plugin(DistributedType.MEGATRON_LM)
+
+    @property
+    def strategy(self):
+        """The running Accelerator's strategy (None without one): Megatron's helpers find their groups there."""
+        accelerator = _accelerator()
+        return accelerator.strategy if accelerator is not None else None
 
     def __repr__(self) -> str:
         return repr(self._partial) + f"\nMixed precision type: {self.mixed_precision}\n"

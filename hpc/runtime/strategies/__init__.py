@@ -10,7 +10,7 @@ from hpc.runtime.strategies.ddp import DDPStrategy
 
 
 def plugin_strategy(kind: str | None) -> type[Strategy] | None:
-    """The strategy class a plugin kind names ("fsdp", "deepspeed"); None for plain DDP / one process."""
+    """The strategy class a plugin kind names ("fsdp", "deepspeed", "megatron"); None for plain DDP / one process."""
     if kind == "fsdp":
         from hpc.runtime.strategies.fsdp import FSDPStrategy
 
@@ -19,6 +19,10 @@ def plugin_strategy(kind: str | None) -> type[Strategy] | None:
         from hpc.runtime.strategies.deepspeed import DeepSpeedStrategy
 
         return DeepSpeedStrategy
+    if kind == "megatron":
+        from hpc.runtime.strategies.megatron import MegatronStrategy
+
+        return MegatronStrategy
     return None
 
 

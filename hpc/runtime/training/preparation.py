@@ -93,11 +93,16 @@ class Preparation:
         prepared = prepared_loader(loader, config, world=world, rank=rank, device=self.process.device, seed=seed,
                                    gradient_state=self.gradient_state, training=self.training)
         self.training.loaders.append(prepared)
+        told = getattr(self.strategy, "loader_prepared", None)  # Megatron's global_batch_size
+        if told is not None:
+            told(getattr(loader, "batch_size", None))
         return prepared
 
     def scheduler(self, scheduler, step_with_optimizer: bool, split_batches: bool) -> AcceleratedScheduler:
         mine = [o for o in self.training.optimizers if scheduler.optimizer in (o.optimizer, o.user_optimizer)]
-        repeats = 1 if split_batches else self.process.world_size
+        # Megatron's scheduler counts optimizer steps (MegatronLMDummyScheduler)
+        once = split_batches or getattr(scheduler, "steps_once_per_update", False)
+        repeats = 1 if once else self.process.world_size
         wrapped = AcceleratedScheduler(scheduler, mine or self.training.optimizers, self.gradient_state,
                                        step_with_optimizer, repeats)
         self.training.schedulers.append(wrapped)
