@@ -44,8 +44,9 @@ _MODULES = {
                                         "SCALER_NAME", "SCHEDULER_NAME", "TORCH_DISTRIBUTED_OPERATION_TYPES",
                                         "TORCH_LAUNCH_PARAMS", "WEIGHTS_PATTERN_NAME",
                                         "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION"],
+    "hpc.runtime.tracking.registry": ["LoggerType"],  # the one enum log_with is resolved by
     "hpc.runtime.utilities.enums": ["BnbQuantizationConfig", "ComputeEnvironment", "DeepSpeedSequenceParallelConfig",
-                                    "DynamoBackend", "FP8BackendType", "LoggerType", "PrecisionType",
+                                    "DynamoBackend", "FP8BackendType", "PrecisionType",
                                     "SageMakerDistributedType", "TensorInformation"],
     "hpc.runtime.utilities.environment": ["are_libraries_initialized", "check_cuda_fp8_capability",
                                           "check_cuda_p2p_ib_support", "clear_environment",

@@ -13,6 +13,7 @@ from hpc.runtime.strategies.megatron_plugin import (
     MegatronLMPlugin,
     MegatronLMSchedulerWrapper,
     T5TrainStep,
+    add_model_config_to_megatron_parser,
     avg_losses_across_data_parallel_group,
     gather_across_data_parallel_groups,
     megatron_lm_initialize,
@@ -29,7 +30,8 @@ from hpc.runtime.strategies.megatron_plugin import (
 from hpc.runtime.strategies.megatron_plugin import megatron_lm_prepare_optimizer as prepare_optimizer
 from hpc.runtime.strategies.megatron_plugin import megatron_lm_prepare_scheduler as prepare_scheduler
 
-__all__ = ["AbstractTrainStep", "BertTrainStep", "GPTTrainStep", "MegatronEngine", "MegatronLMDummyDataLoader",
+__all__ = ["AbstractTrainStep", "add_model_config_to_megatron_parser",
+           "BertTrainStep", "GPTTrainStep", "MegatronEngine", "MegatronLMDummyDataLoader",
            "MegatronLMDummyScheduler", "MegatronLMOptimizerWrapper", "MegatronLMPlugin", "MegatronLMSchedulerWrapper",
            "T5TrainStep", "avg_losses_across_data_parallel_group", "gather_across_data_parallel_groups",
            "initialize", "megatron_lm_initialize", "megatron_lm_prepare_data_loader",

@@ -184,6 +184,16 @@ class MegatronLMDummyDataLoader:
                        "own code, which hpc does not run", fix="give prepare() a torch DataLoader of the data set")
 
 
+def add_model_config_to_megatron_parser(model_type: str):
+    """Accelerate's decorator that registers how Megatron-LM's argument parser reads a model config; hpc builds no
+    Megatron arguments (the model is the script's own), so registering one is refused rather than kept unread."""
+    def register(parser_function):
+        raise HpcError(f"add_model_config_to_megatron_parser({model_type!r}) feeds Megatron-LM's own argument "
+                       "parser, which hpc does not run (the model is the one the script builds)",
+                       fix="drop the registration; hpc splits the script's transformers model itself")
+    return register
+
+
 class AbstractTrainStep:
     """Accelerate's base for Megatron-LM's train steps (its loss and batch functions inside Megatron-LM's loop)."""
 

@@ -68,19 +68,6 @@ class DynamoBackend(str, BaseEnum):
     NEURON = "NEURON"
 
 
-class LoggerType(BaseEnum):
-    ALL = "all"
-    AIM = "aim"
-    TENSORBOARD = "tensorboard"
-    WANDB = "wandb"
-    TRACKIO = "trackio"
-    COMETML = "comet_ml"
-    MLFLOW = "mlflow"
-    CLEARML = "clearml"
-    DVCLIVE = "dvclive"
-    SWANLAB = "swanlab"
-
-
 class PrecisionType(str, BaseEnum):
     NO = "no"
     FP8 = "fp8"
