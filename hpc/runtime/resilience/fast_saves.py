@@ -108,7 +108,7 @@ class FastSaves:
             return None
         world = self.process.world_size
         picked = choice.choose(self.fast.node, self.fast.job, self.process.rank,
-                               lambda obj: collectives.gather_object_across(obj, world))
+                               lambda obj: collectives.gather_object_across(obj, world), world)
         if picked is None:
             return None
         shared = self.checkpoints.checkpointer.store.committed() if self.process.is_main_process else None

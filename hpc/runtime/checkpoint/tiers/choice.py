@@ -2,11 +2,13 @@
 
 Each rank lists the fast-tier folders its node holds for this job (its own ranks' and the copies of the previous
 node's), committed and well formed, of this user and job (the manifest says so, besides the folder's name). The
-ranks agree on the newest step every rank can read on its own node; each reads, for that step, its own saved
-rank's folder if its node has it (own, then a peer copy), else any rank's (the replicated state is whole in each;
-its random streams are then the script's seeded ones). A folder whose files do not match their checksums is
-skipped with a line, and the ranks agree again. The fast tier's step wins over the shared tier's when it is as new
-or newer (memory reads faster than the shared filesystem); else, or with no common step, the shared tier.
+ranks agree on the newest step every rank can read on its own node; each reads, for that step, its own saved rank's
+folder, own or a peer copy, and only at the world size it was saved at: a rank's folder holds what that rank alone
+saved (the main process's custom objects, its random streams), so after a reshape (an elastic restart with fewer
+nodes) the fast tier is not read and the shared tier, exact at any world size, is. A folder whose files do not match
+their checksums is skipped with a line, and the ranks agree again. The fast tier's step wins over the shared tier's
+when it is as new or newer (memory reads faster than the shared filesystem); else, or with no common step, the
+shared tier.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class Held:
     kind: str  # "own" or "peer"
     saved_rank: int
     path: Path
+    world: int
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ def held(node: NodeStore, job: str) -> list[Held]:
             if manifest.malformed(data, entry.path) or data.get("job") != job or data.get("uid") != node.uid \
                     or data.get("rank") != saved_rank or data.get("format") != "full":
                 continue
-            out.append(Held(entry.step, kind, saved_rank, entry.path))
+            out.append(Held(entry.step, kind, saved_rank, entry.path, int(data.get("world_size", 0))))
     return out
 
 
@@ -51,9 +54,14 @@ def _preference(rank: int):
     return lambda h: (h.saved_rank != rank, h.kind != "own", h.saved_rank)
 
 
-def choose(node: NodeStore, job: str, rank: int, gather) -> Choice | None:
-    """``gather(obj) -> list``: every rank's object (all ranks call this together). None: no step every rank holds."""
-    mine = held(node, job)
+def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = None) -> Choice | None:
+    """``gather(obj) -> list``: every rank's object (all ranks call this together). None: no step every rank holds
+    (its own saved rank's folder, saved at this world size)."""
+    every = held(node, job)
+    mine = [h for h in every if h.saved_rank == rank and (world is None or h.world == world)]
+    if rank == 0 and every and not mine and world is not None:
+        print(f"hpc: the fast tier's checkpoints were saved at world size {every[0].world}, this run has {world}: "
+              "resuming from the shared tier, which is exact at another world size", file=sys.stderr, flush=True)
     refused: set[Path] = set()
     while True:
         steps = {h.step for h in mine if h.path not in refused}
