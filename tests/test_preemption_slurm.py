@@ -176,4 +176,4 @@ def test_elastic_torchrun_restarts_a_crashed_group_from_the_newest_checkpoint(pr
     # no requeue: torchrun restarted the group. (The restart count a worker sees is its own agent's: an agent
     # that restarts only because the other node rejoined counts 0, so it says nothing about the group.)
     assert {requeues for requeues, _ in done["result"]["attempts"]} == {0}
-    assert "planned crash at step 7" in done["logs"] and "checkpoints/step-4 (step 4)" in done["logs"]
+    assert "planned crash at step 7" in done["logs"] and "checkpoints/step-4 (step 4, the shared tier)" in done["logs"]
