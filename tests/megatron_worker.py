@@ -103,7 +103,7 @@ def main() -> None:
     counts = acc.gather(torch.tensor([held, held_state])).tolist()
     weights = acc.get_state_dict(model)
     out.update(held=counts, total=sum(v.numel() for v in weights.values()), lr=scheduler.get_last_lr(),
-               weights=weights, global_batch=total_batch, distributed_type=str(acc.distributed_type))
+               weights=weights, global_batch=total_batch, distributed_type=acc.distributed_type.value)
     if megatron and spec.get("generate"):  # greedy decoding beside transformers' generate on the same weights
         prompt = Tokens(2, length=spec["generate"], seed=3).ids
         out["generated"] = model.megatron_generate(prompt, max_new_tokens=4).cpu()
