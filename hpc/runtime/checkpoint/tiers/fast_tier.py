@@ -241,16 +241,22 @@ def _serve(tier_ref, jobs: queue.SimpleQueue) -> None:
         del tier
 
 
-# the tiers whose save may be in flight as the process exits (a crash, an exit without end_training): given a few
-# seconds to commit and reach the peer (milliseconds when both ends are alive), never held for a peer that is gone
+# the tiers whose save may be in flight as the process exits (an exit without end_training): given a few seconds to
+# commit and reach the peer (milliseconds when both ends are alive). After an exception (a collective that failed
+# because a node died) the peer is likely gone and the survivors' restart waits on this exit: a second at most. A
+# save cut short is never read: its manifest is written last.
 _tiers: weakref.WeakSet = weakref.WeakSet()
 EXIT_WAIT_S = 5.0
+EXIT_WAIT_AFTER_ERROR_S = 1.0
 
 
 @atexit.register
 def _finish_in_flight() -> None:
+    import sys
+
+    wait = EXIT_WAIT_AFTER_ERROR_S if getattr(sys, "last_value", None) is not None else EXIT_WAIT_S
     for tier in list(_tiers):
-        tier.wait(EXIT_WAIT_S)
+        tier.wait(wait)
 
 
 def _bytes(obj) -> int:
