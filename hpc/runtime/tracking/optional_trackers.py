@@ -3,6 +3,7 @@ is refused in one line when log_with is read (trackers.resolve), and building on
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -16,7 +17,26 @@ def _need(package: str, tracker: str) -> None:
                        fix=f"pip install {package}, or drop {tracker!r} from log_with")
 
 
-class TrackioTracker(_LibraryTracker):
+class _PackageRun(_LibraryTracker):
+    """What the two have alike: their package's run (``self.run``), with a wandb-like config, log and finish."""
+
+    package: str
+
+    @property
+    def tracker(self):
+        return self.run
+
+    def store_init_configuration(self, values: dict) -> None:
+        importlib.import_module(self.package).config.update(values, allow_val_change=True)
+
+    def log(self, values: dict, step: int | None = None, **kwargs) -> None:
+        self.run.log({k: _number(v) for k, v in values.items()}, step=step, **kwargs)
+
+    def finish(self) -> None:
+        self.run.finish()
+
+
+class TrackioTracker(_PackageRun):
     """A trackio run in project ``run_name`` (init_kwargs={"trackio": {...}} go to trackio.init)."""
 
     name = "trackio"
@@ -31,23 +51,8 @@ class TrackioTracker(_LibraryTracker):
         if config:
             self.store_init_configuration(config)
 
-    @property
-    def tracker(self):
-        return self.run
 
-    def store_init_configuration(self, values: dict) -> None:
-        import trackio
-
-        trackio.config.update(values, allow_val_change=True)
-
-    def log(self, values: dict, step: int | None = None, **kwargs) -> None:
-        self.run.log({k: _number(v) for k, v in values.items()}, step=step, **kwargs)
-
-    def finish(self) -> None:
-        self.run.finish()
-
-
-class SwanLabTracker(_LibraryTracker):
+class SwanLabTracker(_PackageRun):
     """A SwanLab run in project ``run_name`` (init_kwargs={"swanlab": {...}} go to swanlab.init)."""
 
     name = "swanlab"
@@ -63,22 +68,7 @@ class SwanLabTracker(_LibraryTracker):
         if config:
             self.store_init_configuration(config)
 
-    @property
-    def tracker(self):
-        return self.run
-
-    def store_init_configuration(self, values: dict) -> None:
-        import swanlab
-
-        swanlab.config.update(values, allow_val_change=True)
-
-    def log(self, values: dict, step: int | None = None, **kwargs) -> None:
-        self.run.log({k: _number(v) for k, v in values.items()}, step=step, **kwargs)
-
     def log_images(self, values: dict, step: int | None = None, **kwargs) -> None:
         import swanlab
 
         self.log({k: [swanlab.Image(image) for image in v] for k, v in values.items()}, step=step, **kwargs)
-
-    def finish(self) -> None:
-        self.run.finish()
