@@ -17,8 +17,9 @@ import pytest
 from tests.jobhelpers import hpc, submit
 
 pytestmark = pytest.mark.slurm
-# longer than SLURM's clients keep trying by themselves (2 x MessageTimeout, 10 s here): squeue fails at least once
-PAUSE_S = 25
+# The pause lasts until one of `hpc wait`'s squeue calls has failed (SLURM's clients give up after 2 x MessageTimeout,
+# 10 s here), or this long: a fixed pause missed the outage when `hpc wait` started slowly on a loaded machine.
+PAUSE_MAX_S = 90
 
 # Attempt 0 waits for the test's go, then asks to run again as a rank does after the warning signal (its
 # checkpoint saved, it exits 0). Every attempt notes itself.
@@ -43,6 +44,13 @@ if [ "$1" = requeue ] && [ ! -e "$TRUST_DIR/paused" ]; then
 fi
 exec {real} "$@"
 """
+# `hpc wait`'s squeue: notes each call's exit status, so that the test knows when the outage has been seen.
+SQUEUE = """#!/bin/bash
+{real} "$@"
+status=$?
+echo $status >> "$TRUST_DIR/squeue-exits"
+exit $status
+"""
 
 
 def _controller_pid(conf: str) -> int:
@@ -64,8 +72,13 @@ def test_a_requeue_and_hpc_wait_ride_out_a_controller_that_stops_answering(slurm
     env = {"TRUST_DIR": str(tmp_path), "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}  # sbatch passes it on
     info = submit(tmp_path, "-p", "slurm-local", "-N", "1", "--ntasks-per-node", "1", "prog.py", env=env)
     _wait_for("the first attempt", (tmp_path / "started").exists, 60)
+    (tmp_path / "wait-bin").mkdir()
+    (tmp_path / "wait-bin" / "squeue").write_text(SQUEUE.format(real=shutil.which("squeue")))
+    (tmp_path / "wait-bin" / "squeue").chmod(0o755)
+    wait_env = {**_hpc_env(tmp_path), "TRUST_DIR": str(tmp_path),
+                "PATH": f"{tmp_path / 'wait-bin'}:{os.environ['PATH']}"}
     waiting = subprocess.Popen([sys.executable, "-m", "hpc", "wait", "--timeout", "240", info["job_id"]],
-                               cwd=tmp_path, env=_hpc_env(tmp_path), stdout=subprocess.PIPE,
+                               cwd=tmp_path, env=wait_env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     (tmp_path / "go").touch()  # the rank asks to run again
     _wait_for("the job script to requeue", (tmp_path / "requeueing").exists, 60)
@@ -73,7 +86,7 @@ def test_a_requeue_and_hpc_wait_ride_out_a_controller_that_stops_answering(slurm
     os.kill(controller, signal.SIGSTOP)
     try:
         (tmp_path / "paused").touch()
-        time.sleep(PAUSE_S)
+        _wait_for("a squeue of `hpc wait` to fail", lambda: _a_squeue_failed(tmp_path), PAUSE_MAX_S)
     finally:
         os.kill(controller, signal.SIGCONT)
     out, err = waiting.communicate(timeout=240)
@@ -86,6 +99,11 @@ def test_a_requeue_and_hpc_wait_ride_out_a_controller_that_stops_answering(slurm
     assert not (tasks / "0.reason").exists()
     batch = hpc(tmp_path, "logs", "--batch", info["job_id"], check=True).stdout
     assert f"hpc: requeued SLURM job {info['job_id']} (USR1)" in batch, batch
+
+
+def _a_squeue_failed(tmp_path: Path) -> bool:
+    exits = tmp_path / "squeue-exits"
+    return exits.exists() and any(line.strip() != "0" for line in exits.read_text().splitlines())
 
 
 def _hpc_env(tmp_path: Path) -> dict:

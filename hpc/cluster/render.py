@@ -135,6 +135,18 @@ def launcher_target(job: JobSpec) -> list[str]:
     return ["--no-python", *prog, *job.args]
 
 
+def warm_target(job: JobSpec, wrap: list[str]) -> list[str] | None:
+    """What hpc.runtime.process.local_ranks forks the local ranks to run: a Python script or module of more than
+    one rank, outside a container; None for anything else (each rank then starts on its own)."""
+    if wrap or job.nproc_per_node < 2:
+        return None
+    if job.module:
+        return ["--module", job.module, *job.args]
+    if job.script and job.script.endswith(".py"):
+        return [job.script, *job.args]
+    return None
+
+
 def container_args(profile: ClusterProfile, job: JobSpec) -> tuple[list[str], list[str]]:
     """(extra srun flags, a command prefix) that run each task inside the profile's container."""
     c = profile.container
@@ -282,6 +294,7 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         "workdir": str(workdir) if workdir else None,
         "directives": dirs,
         "target": target_argv(job, profile),
+        "warm_target": warm_target(job, wrap),
         "sweep": [sweeps.as_args(t) for t in sweep],
         "hostfile_rendered": hostfile is not None,
         "runtime_config_env": layout.RUNTIME_CONFIG_ENV,

@@ -3,8 +3,10 @@ DeepSpeed imported the one way hpc needs it (the strategy and merge-weights both
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import sys
 import warnings
 
 __all__ = ["is_bf16_available", "is_cuda_available", "is_datasets_available", "is_deepspeed_available",
@@ -108,8 +110,9 @@ def is_mlu_available(check_device: bool = False) -> bool:
 def import_deepspeed(device_type: str):
     if device_type == "cpu":
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    import deepspeed
-    import deepspeed.ops
+    with _not_imported(_UNUSED_BY_DEEPSPEED):
+        import deepspeed
+        import deepspeed.ops
 
     # The CPU accelerator JIT-compiles a shared-memory all-reduce (~30 s cold) used only by inference;
     # training all-reduces through the torch process group, so it is not built.
@@ -118,3 +121,24 @@ def import_deepspeed(device_type: str):
     warnings.filterwarnings("ignore", message=r".*is deprecated\. Please use `torch\.distributed\.",
                             category=FutureWarning)
     return deepspeed
+
+
+# DeepSpeed's autotuner imports mlflow where it is installed, to log its trials: 2.8 of `import deepspeed`'s 3.6 s
+# here, in every rank of every start. hpc never runs the autotuner, so DeepSpeed is imported without it; a script
+# that imports mlflow itself, before or after, gets it as usual.
+_UNUSED_BY_DEEPSPEED = ("mlflow",)
+
+
+@contextlib.contextmanager
+def _not_imported(names: tuple[str, ...]):
+    """Inside the block, `import name` fails with ImportError for each name not imported yet (None in
+    sys.modules); afterwards it imports as usual."""
+    blocked = [name for name in names if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None
+    try:
+        yield
+    finally:
+        for name in blocked:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]

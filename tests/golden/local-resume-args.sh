@@ -48,32 +48,17 @@ while true; do
     resume_args=(--resume_from_checkpoint "$checkpoint")
     echo "hpc: resuming the script from $checkpoint" >&2
   fi
-  # HPC_RANK_LOGS (set by `hpc submit`): one log file per rank instead of this terminal
-  for ((rank = 0; rank < 2; rank++)); do
-    (
-      trap "" USR1; export RANK=$rank LOCAL_RANK=$rank
-      if [ -n "${HPC_RANK_LOGS:-}" ]; then exec >>"$HPC_RANK_LOGS/rank$rank-local.out" 2>&1; fi
-      exec /path/to/python train.py "${resume_args[@]}"
-    ) &
-    pids[rank]=$!
-  done
-  # The first rank to fail stops the others: a dead rank must not leave the rest waiting in a collective.
+  # the ranks are forked by one Python that imported torch once (hpc/runtime/process/local_ranks.py); it passes
+  # signals on, stops the others when one fails and notes which; HPC_RANK_LOGS (set by `hpc submit`): one log
+  # file per rank instead of this terminal
+  (
+    trap "" USR1; exec /path/to/python -m hpc.runtime.process.local_ranks --nproc 2 --reason-file "$reason_file" ${HPC_RANK_LOGS:+--log "$HPC_RANK_LOGS/rank{rank}-local.out"} train.py "${resume_args[@]}"
+  ) &
+  pids=($!)
+  while kill -0 "${pids[0]}" 2>/dev/null; do wait "${pids[0]}" || true; done
   rc=0
-  while [ "${#pids[@]}" -gt 0 ]; do
-    for rank in "${!pids[@]}"; do
-      kill -0 "${pids[rank]}" 2>/dev/null && continue
-      status=0
-      wait "${pids[rank]}" || status=$?
-      unset "pids[rank]"
-      if [ "$status" -ne 0 ] && [ "$rc" -eq 0 ]; then
-        rc=$status
-        echo "hpc: rank $rank exited with status $status; stopping the other ranks" >&2
-        echo "rank $rank failed first (exit $status); the other ranks were stopped" >> "$reason_file"
-        stop TERM
-      fi
-    done
-    sleep 0.1
-  done
+  wait "${pids[0]}" || rc=$?
+  pids=()
   [ "$rc" -eq 0 ] && [ -e "$HPC_REQUEUE_FILE" ] || finish "$rc"
   if stop_why=$(stalled "$HPC_RESTART_COUNT"); then
     echo "$stop_why; not run again" >> "$reason_file"; echo "hpc: $stop_why: the job ends here" >&2; finish 1

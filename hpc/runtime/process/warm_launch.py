@@ -10,8 +10,8 @@ busy cores). The agent never touches a GPU, so its children start clean.
 (The rendezvous' own 1 s poll of its store is torch's and stays: polling it faster would save ~1 s a restart, but a
 first round's last call would then end up to a second sooner, and under load a late node already misses it.)
 
-A worker runs the script as `python -u script.py` would: the script's folder first on sys.path, an uncaught
-exception through sys.excepthook (sys.last_value set, as hpc's timeline reads it), atexit handlers, exit status
+A worker runs the script as `python script.py` would, its output line-buffered: the script's folder first on
+sys.path, an uncaught exception through sys.excepthook (sys.last_value set, as hpc's timeline reads it), atexit handlers, exit status
 1 (forked workers otherwise skip the last two: multiprocessing ends them with os._exit).
 """
 
@@ -26,9 +26,9 @@ def run_worker(module: bool, target: str, *args: str) -> None:
     """One worker: the script (or module) as the interpreter would run it, then exit with its status."""
     from hpc.runtime.process.excepthook import _exit, finish
 
-    for stream in (sys.stdout, sys.stderr):  # `python -u`: a rank's lines reach the log as they are written
+    for stream in (sys.stdout, sys.stderr):  # a rank's lines reach the log as they are written, each whole
         try:
-            stream.reconfigure(line_buffering=True, write_through=True)
+            stream.reconfigure(line_buffering=True)
         except (AttributeError, ValueError):
             pass
     threads = os.environ.get("OMP_NUM_THREADS", "")

@@ -1,0 +1,135 @@
+"""The local profile's ranks, forked from one Python that imported torch once (job_templates/local.sh.j2).
+
+    python -m hpc.runtime.process.local_ranks --nproc N [--log PATTERN] [--reason-file F] script.py [args]
+                                                                                   (or --module MODULE [args])
+
+Started as N new Pythons, every rank imports torch and hpc itself (~2.5 s of CPU each, all at once on the same
+cores); forked from this one, they import it once between them: on a 2-core machine 4 ranks reach their first line
+in about half the time. Each rank then runs the script as `python -u script.py` would
+(hpc.runtime.process.warm_launch.run_worker), with RANK and LOCAL_RANK set and, with --log, its output in its own
+file ("{rank}" in PATTERN).
+
+What the job script did for its ranks, this process does for them: a signal it gets is passed to every rank, and the
+first rank to fail stops the others (TERM) with one line on stderr and one in --reason-file. It exits with that
+rank's status (128 + the signal for a rank a signal ended, as bash reports it), else 0. A rank outlives this
+process by nothing: each asks the kernel to kill it when its parent dies.
+
+The parent never touches a GPU, so its children start clean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m hpc.runtime.process.local_ranks")
+    parser.add_argument("--nproc", type=int, required=True)
+    parser.add_argument("--log", help="each rank's output file, {rank} for its rank")
+    parser.add_argument("--reason-file", help="where the line naming the rank that failed first is appended")
+    parser.add_argument("--module", action="store_true", help="TARGET is a module (python -m)")
+    parser.add_argument("target")
+    parser.add_argument("args", nargs=argparse.REMAINDER)
+    return parser.parse_args(argv)
+
+
+def _warm() -> None:
+    """What every rank imports first anyway."""
+    import torch  # noqa: F401
+
+    import hpc.runtime.accelerator  # noqa: F401
+
+
+def _die_with_parent(parent: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: a rank then outlives a killed parent, as a plain process would
+        return
+    if os.getppid() != parent:  # the parent died before the request took
+        os._exit(128 + signal.SIGKILL)
+
+
+def _rank(rank: int, opts: argparse.Namespace, parent: int, dispositions: dict) -> None:
+    """The forked child: becomes rank ``rank`` and runs the script; never returns."""
+    try:
+        for sig, handler in dispositions.items():
+            signal.signal(sig, handler)
+        _die_with_parent(parent)
+        os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(rank)
+        if opts.log:
+            fd = os.open(opts.log.replace("{rank}", str(rank)), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+        from hpc.runtime.process.warm_launch import run_worker
+
+        run_worker(opts.module, opts.target, *opts.args)
+    except BaseException:  # noqa: BLE001 - nothing may return into the parent's loop
+        import traceback
+
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
+
+
+def _status(wait_status: int) -> int:
+    code = os.waitstatus_to_exitcode(wait_status)
+    return 128 - code if code < 0 else code
+
+
+def main(argv: list[str] | None = None) -> int:
+    opts = _parse(sys.argv[1:] if argv is None else argv)
+    _warm()
+    ranks: dict[int, int] = {}  # pid -> rank, while it runs
+
+    def forward(sig, _frame):
+        for pid in list(ranks):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    # the handlers go in before the first fork, so a signal during the forks reaches the ranks already started
+    dispositions = {sig: signal.getsignal(sig) for sig in FORWARDED}
+    for sig in FORWARDED:  # also one this process inherited ignored: the ranks restore that and decide themselves
+        signal.signal(sig, forward)
+    parent = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for rank in range(opts.nproc):
+        pid = os.fork()
+        if pid == 0:
+            _rank(rank, opts, parent, dispositions)
+        ranks[pid] = rank
+    rc = 0
+    while ranks:
+        try:
+            pid, wait_status = os.wait()
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        rank = ranks.pop(pid, None)
+        if rank is None:
+            continue
+        status = _status(wait_status)
+        if status and not rc:
+            rc = status
+            print(f"hpc: rank {rank} exited with status {status}; stopping the other ranks", file=sys.stderr,
+                  flush=True)
+            if opts.reason_file:
+                with open(opts.reason_file, "a") as f:
+                    f.write(f"rank {rank} failed first (exit {status}); the other ranks were stopped\n")
+            forward(signal.SIGTERM, None)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
