@@ -11,8 +11,8 @@ busy cores). The agent never touches a GPU, so its children start clean.
 first round's last call would then end up to a second sooner, and under load a late node already misses it.)
 
 A worker runs the script as `python script.py` would, its output line-buffered: the script's folder first on
-sys.path, an uncaught exception through sys.excepthook (sys.last_value set, as hpc's timeline reads it), atexit handlers, exit status
-1 (forked workers otherwise skip the last two: multiprocessing ends them with os._exit).
+sys.path, an uncaught exception through sys.excepthook (sys.last_value set, as hpc's timeline reads it), atexit
+handlers, exit status 1 (forked workers otherwise skip the last two: multiprocessing ends them with os._exit).
 """
 
 from __future__ import annotations
