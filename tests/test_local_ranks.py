@@ -81,3 +81,19 @@ def test_a_rank_a_signal_ends_reports_the_status_bash_would(tmp_path):
     assert proc.returncode == 128 + signal.SIGKILL
     assert "rank 2 exited with status 137" in err
     assert (tmp_path / "reason").read_text().startswith("rank 2 failed first (exit 137)")
+
+
+def test_where_forking_is_unsafe_the_ranks_start_as_new_pythons_and_behave_the_same(tmp_path):
+    """Torch's CUDA initialized in the parent (a library did so on import) would break forked ranks' CUDA."""
+    (tmp_path / "rank.py").write_text(RANK)
+    run = ("import sys, hpc.runtime.process.local_ranks as m; m._cuda_initialized = lambda: True; "
+           "sys.exit(m.main(sys.argv[1:]))")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+    done = subprocess.run([sys.executable, "-c", run, "--nproc", "2", "--reason-file", str(tmp_path / "reason"),
+                           "--log", str(tmp_path / "rank{rank}.out"), str(tmp_path / "rank.py"), str(tmp_path),
+                           "fail"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    for r in range(2):
+        seen = json.loads((tmp_path / f"rank{r}.out").read_text().splitlines()[0])
+        assert seen["rank"] == r and seen["name"] == "__main__" and not seen["torch_before"]
+    assert (tmp_path / "reason").read_text() == "rank 1 failed first (exit 3); the other ranks were stopped\n"

@@ -4,26 +4,31 @@
                                                                                    (or --module MODULE [args])
 
 Started as N new Pythons, every rank imports torch and hpc itself (~2.5 s of CPU each, all at once on the same
-cores); forked from this one, they import it once between them: on a 2-core machine 4 ranks reach their first line
-in about half the time. Each rank then runs the script as `python -u script.py` would
-(hpc.runtime.process.warm_launch.run_worker), with RANK and LOCAL_RANK set and, with --log, its output in its own
-file ("{rank}" in PATTERN).
+cores; 6 s more for a transformers model); forked from this one, they import it once between them: on a 2-core
+machine 4 ranks reach their first line in about half the time. Each rank then runs the script as `python script.py`
+would, line-buffered (hpc.runtime.process.warm_launch.run_worker), with RANK and LOCAL_RANK set and, with --log, its
+output in its own file ("{rank}" in PATTERN).
 
 What the job script did for its ranks, this process does for them: a signal it gets is passed to every rank, and the
 first rank to fail stops the others (TERM) with one line on stderr and one in --reason-file. It exits with that
 rank's status (128 + the signal for a rank a signal ended, as bash reports it), else 0. A rank outlives this
 process by nothing: each asks the kernel to kill it when its parent dies.
 
-The parent never touches a GPU, so its children start clean.
+The parent never touches a GPU, so its children start clean; were torch's CUDA initialized while warming all the
+same, the ranks start as new Pythons instead of forks.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import ctypes
+import importlib
 import os
 import signal
+import subprocess
 import sys
+from pathlib import Path
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
@@ -40,11 +45,49 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _warm() -> None:
-    """What every rank imports first anyway."""
+# Libraries whose import costs seconds, imported here too when the script uses them (the names it takes from them):
+# each is known not to start a thread or touch a GPU on import. transformers' models take 6 s a rank here.
+WARM_LIBRARIES = ("transformers",)
+
+
+def _warm(target: str, module: bool) -> None:
+    """What every rank imports first anyway: torch, hpc's Accelerator, and of WARM_LIBRARIES what the script
+    names. Nothing is imported that would make the forks unsafe: should torch's CUDA be initialized after all, the
+    ranks are not forked (see main)."""
     import torch  # noqa: F401
 
     import hpc.runtime.accelerator  # noqa: F401
+
+    if not module:
+        for library, names in _named_from(target, WARM_LIBRARIES).items():
+            try:
+                imported = importlib.import_module(library)
+                for name in names:
+                    getattr(imported, name, None)  # transformers loads a model's module on first access
+            except Exception:  # noqa: BLE001 - each rank imports it again itself and meets the error there
+                pass
+
+
+def _named_from(script: str, libraries: tuple[str, ...]) -> dict[str, set[str]]:
+    """{library: names the script takes from it} for the libraries it imports (`from L import A`, `L.A`)."""
+    try:
+        tree = ast.parse(Path(script).read_text())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return {}
+    found: dict[str, set[str]] = {}
+    aliases: dict[str, str] = {}  # `import transformers as tf`: tf -> transformers
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in libraries:
+                    found.setdefault(alias.name, set())
+                    aliases[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in libraries:
+            found.setdefault(node.module, set()).update(a.name for a in node.names if a.name != "*")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            found[aliases[node.value.id]].add(node.attr)
+    return found
 
 
 def _die_with_parent(parent: int) -> None:
@@ -79,6 +122,32 @@ def _rank(rank: int, opts: argparse.Namespace, parent: int, dispositions: dict) 
     os._exit(0)
 
 
+def _cuda_initialized() -> bool:
+    import torch
+
+    return torch.cuda.is_initialized()
+
+
+_STARTED: list = []
+
+
+def _start(rank: int, opts: argparse.Namespace) -> int:
+    """A rank as a new Python, for when forking is unsafe: the pid, waited for as a forked one."""
+    env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank)}
+    target = ["-m", opts.target] if opts.module else [opts.target]
+    out = None
+    if opts.log:
+        out = open(opts.log.replace("{rank}", str(rank)), "a")
+    try:
+        proc = subprocess.Popen([sys.executable, *target, *opts.args], env=env, stdout=out,
+                                stderr=subprocess.STDOUT if out else None)
+        _STARTED.append(proc)  # kept: a collected Popen may reap its process before main's os.wait() sees it
+        return proc.pid
+    finally:
+        if out:
+            out.close()
+
+
 def _status(wait_status: int) -> int:
     code = os.waitstatus_to_exitcode(wait_status)
     return 128 - code if code < 0 else code
@@ -86,7 +155,15 @@ def _status(wait_status: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     opts = _parse(sys.argv[1:] if argv is None else argv)
-    _warm()
+    nvml = "PYTORCH_NVML_BASED_CUDA_CHECK"
+    asked = os.environ.get(nvml)
+    os.environ[nvml] = "1"  # a torch.cuda.is_available() while warming leaves CUDA alone
+    _warm(opts.target, opts.module)
+    if asked is None:
+        os.environ.pop(nvml)
+    else:
+        os.environ[nvml] = asked
+    fork = not _cuda_initialized()
     ranks: dict[int, int] = {}  # pid -> rank, while it runs
 
     def forward(sig, _frame):
@@ -104,9 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     for rank in range(opts.nproc):
-        pid = os.fork()
-        if pid == 0:
-            _rank(rank, opts, parent, dispositions)
+        if fork:
+            pid = os.fork()
+            if pid == 0:
+                _rank(rank, opts, parent, dispositions)
+        else:
+            pid = _start(rank, opts)
         ranks[pid] = rank
     rc = 0
     while ranks:
