@@ -1,4 +1,4 @@
-"""hpc.runtime.process.local_ranks, the local profile's launcher of more than one rank: the ranks are forked from
+"""hpc.runtime.launch.local_ranks, the local profile's launcher of more than one rank: the ranks are forked from
 one warm Python and still behave as the separate processes the job script started before (their own RANK, output
 file, __main__ and argv; a signal passed on; the first to fail stops the others and is named)."""
 
@@ -26,6 +26,8 @@ RANK = textwrap.dedent("""
         while True:
             time.sleep(0.05)
     if mode == "fail" and rank == 1:
+        while not all(os.path.exists(f"{here}/ready-{r}") for r in range(int(os.environ["WORLD_SIZE"]))):
+            time.sleep(0.05)  # the others have written their line
         sys.exit(3)
     if mode == "kill" and rank == 2:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -36,11 +38,11 @@ RANK = textwrap.dedent("""
 
 def _start(tmp_path, mode, nproc=3, log=True):
     (tmp_path / "rank.py").write_text(RANK)
-    cmd = [sys.executable, "-m", "hpc.runtime.process.local_ranks", "--nproc", str(nproc),
+    cmd = [sys.executable, "-m", "hpc.runtime.launch.local_ranks", "--nproc", str(nproc),
            "--reason-file", str(tmp_path / "reason")]
     if log:
         cmd += ["--log", str(tmp_path / "rank{rank}.out")]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")} | {"WORLD_SIZE": str(nproc)}
     return subprocess.Popen([*cmd, str(tmp_path / "rank.py"), str(tmp_path), mode], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -86,9 +88,9 @@ def test_a_rank_a_signal_ends_reports_the_status_bash_would(tmp_path):
 def test_where_forking_is_unsafe_the_ranks_start_as_new_pythons_and_behave_the_same(tmp_path):
     """Torch's CUDA initialized in the parent (a library did so on import) would break forked ranks' CUDA."""
     (tmp_path / "rank.py").write_text(RANK)
-    run = ("import sys, hpc.runtime.process.local_ranks as m; m._cuda_initialized = lambda: True; "
+    run = ("import sys, hpc.runtime.launch.local_ranks as m; m._cuda_initialized = lambda: True; "
            "sys.exit(m.main(sys.argv[1:]))")
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")} | {"WORLD_SIZE": "2"}
     done = subprocess.run([sys.executable, "-c", run, "--nproc", "2", "--reason-file", str(tmp_path / "reason"),
                            "--log", str(tmp_path / "rank{rank}.out"), str(tmp_path / "rank.py"), str(tmp_path),
                            "fail"], env=env, capture_output=True, text=True, timeout=120)

@@ -1,4 +1,4 @@
-"""hpc's torchrun agent (python -m hpc.runtime.process.warm_launch) forks its workers from itself: each still runs
+"""hpc's torchrun agent (python -m hpc.runtime.launch.warm_launch) forks its workers from itself: each still runs
 the script as `python -u script.py` would. One real run of two workers."""
 
 import json
@@ -25,7 +25,7 @@ def test_forked_workers_run_the_script_as_python_would(tmp_path):
     (tmp_path / "code" / "helper.py").write_text("NAME = 'beside the script'\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HPC_", "SLURM_", "RANK", "MASTER_"))}
     env["PYTHONPATH"] = str(REPO)
-    proc = subprocess.run([sys.executable, "-m", "hpc.runtime.process.warm_launch", "--standalone",
+    proc = subprocess.run([sys.executable, "-m", "hpc.runtime.launch.warm_launch", "--standalone",
                            "--nproc_per_node=2", "code/job.py", "--lr", "it's $HOME"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -136,7 +136,7 @@ def launcher_target(job: JobSpec) -> list[str]:
 
 
 def warm_target(job: JobSpec, wrap: list[str]) -> list[str] | None:
-    """What hpc.runtime.process.local_ranks forks the local ranks to run: a Python script or module of more than
+    """What hpc.runtime.launch.local_ranks forks the local ranks to run: a Python script or module of more than
     one rank, outside a container; None for anything else (each rank then starts on its own)."""
     if wrap or job.nproc_per_node < 2:
         return None

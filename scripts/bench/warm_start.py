@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Start-up of a torchrun job's processes: torch's own agent (new Pythons that import torch again) against hpc's
-(`python -m hpc.runtime.process.warm_launch`: workers forked from the agent, torch already imported).
+(`python -m hpc.runtime.launch.warm_launch`: workers forked from the agent, torch already imported).
 
     python scripts/bench/warm_start.py [--repeat 5] [--nproc 2]
 
@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--nproc", type=int, default=2)
     args = parser.parse_args()
-    agents = {"torch.distributed.run": [], "hpc.runtime.process.warm_launch": []}
+    agents = {"torch.distributed.run": [], "hpc.runtime.launch.warm_launch": []}
     with tempfile.TemporaryDirectory(prefix="warm-start-") as tmp:
         for _ in range(args.repeat):  # interleaved: a change in the machine's load hits both alike
             for module, runs in agents.items():

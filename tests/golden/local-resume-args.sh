@@ -48,11 +48,11 @@ while true; do
     resume_args=(--resume_from_checkpoint "$checkpoint")
     echo "hpc: resuming the script from $checkpoint" >&2
   fi
-  # the ranks are forked by one Python that imported torch once (hpc/runtime/process/local_ranks.py); it passes
+  # the ranks are forked by one Python that imported torch once (hpc/runtime/launch/local_ranks.py); it passes
   # signals on, stops the others when one fails and notes which; HPC_RANK_LOGS (set by `hpc submit`): one log
   # file per rank instead of this terminal
   (
-    trap "" USR1; exec /path/to/python -m hpc.runtime.process.local_ranks --nproc 2 --reason-file "$reason_file" ${HPC_RANK_LOGS:+--log "$HPC_RANK_LOGS/rank{rank}-local.out"} train.py "${resume_args[@]}"
+    trap "" USR1; exec /path/to/python -m hpc.runtime.launch.local_ranks --nproc 2 --reason-file "$reason_file" ${HPC_RANK_LOGS:+--log "$HPC_RANK_LOGS/rank{rank}-local.out"} train.py "${resume_args[@]}"
   ) &
   pids=($!)
   while kill -0 "${pids[0]}" 2>/dev/null; do wait "${pids[0]}" || true; done

@@ -41,11 +41,11 @@ trap 'echo TERM > "$HPC_STOP_FILE" || true; stop TERM' TERM
 trap 'echo INT > "$HPC_STOP_FILE" || true; stop INT' INT
 while true; do
   rm -f "$HPC_REQUEUE_FILE" "$HPC_STOP_FILE"
-  # the ranks are forked by one Python that imported torch once (hpc/runtime/process/local_ranks.py); it passes
+  # the ranks are forked by one Python that imported torch once (hpc/runtime/launch/local_ranks.py); it passes
   # signals on, stops the others when one fails and notes which; HPC_RANK_LOGS (set by `hpc submit`): one log
   # file per rank instead of this terminal
   (
-    trap "" USR1; exec /path/to/python -m hpc.runtime.process.local_ranks --nproc 2 --reason-file "$reason_file" ${HPC_RANK_LOGS:+--log "$HPC_RANK_LOGS/rank{rank}-local.out"} train.py --lr 3e-4 'it'"'"'s $(rm -rf ~) `id`' 'say "hi"; exit 1' 'tab	here' '*' '$HOME' ''
+    trap "" USR1; exec /path/to/python -m hpc.runtime.launch.local_ranks --nproc 2 --reason-file "$reason_file" ${HPC_RANK_LOGS:+--log "$HPC_RANK_LOGS/rank{rank}-local.out"} train.py --lr 3e-4 'it'"'"'s $(rm -rf ~) `id`' 'say "hi"; exit 1' 'tab	here' '*' '$HOME' ''
   ) &
   pids=($!)
   while kill -0 "${pids[0]}" 2>/dev/null; do wait "${pids[0]}" || true; done

@@ -49,7 +49,7 @@ trap 'echo TERM > "$HPC_STOP_FILE" || true; if [ -n "$step_pid" ]; then kill -TE
 trap 'echo INT > "$HPC_STOP_FILE" || true; if [ -n "$step_pid" ]; then kill -INT "$step_pid" 2>/dev/null || true; fi' INT
 while true; do
   rm -f "$HPC_REQUEUE_FILE" "$HPC_STOP_FILE"
-  /path/to/python -m hpc.runtime.process.warm_launch --standalone --nproc_per_node=2 --max_restarts=0 train.py &
+  /path/to/python -m hpc.runtime.launch.warm_launch --standalone --nproc_per_node=2 --max_restarts=0 train.py &
 step_pid=$!
   # bash runs a trap only between commands: waiting in a loop lets the forwarded signal through
   while kill -0 "$step_pid" 2>/dev/null; do wait "$step_pid" || true; done

@@ -1,9 +1,9 @@
-"""What the local ranks' parent imports for them from the script's own imports (hpc.runtime.process.local_ranks):
+"""What the local ranks' parent imports for them from the script's own imports (hpc.runtime.launch.local_ranks):
 the names the script takes from a library it knows to be safe to import before forking, and nothing else."""
 
 import textwrap
 
-from hpc.runtime.process.local_ranks import _named_from
+from hpc.runtime.launch.local_ranks import _named_from
 
 
 def test_the_names_a_script_takes_from_transformers_are_found_in_every_spelling(tmp_path):

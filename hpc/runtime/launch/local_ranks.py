@@ -1,12 +1,12 @@
 """The local profile's ranks, forked from one Python that imported torch once (job_templates/local.sh.j2).
 
-    python -m hpc.runtime.process.local_ranks --nproc N [--log PATTERN] [--reason-file F] script.py [args]
+    python -m hpc.runtime.launch.local_ranks --nproc N [--log PATTERN] [--reason-file F] script.py [args]
                                                                                    (or --module MODULE [args])
 
 Started as N new Pythons, every rank imports torch and hpc itself (~2.5 s of CPU each, all at once on the same
 cores; 6 s more for a transformers model); forked from this one, they import it once between them: on a 2-core
 machine 4 ranks reach their first line in about half the time. Each rank then runs the script as `python script.py`
-would, line-buffered (hpc.runtime.process.warm_launch.run_worker), with RANK and LOCAL_RANK set and, with --log, its
+would, line-buffered (hpc.runtime.launch.warm_launch.run_worker), with RANK and LOCAL_RANK set and, with --log, its
 output in its own file ("{rank}" in PATTERN).
 
 What the job script did for its ranks, this process does for them: a signal it gets is passed to every rank, and the
@@ -35,7 +35,7 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m hpc.runtime.process.local_ranks")
+    parser = argparse.ArgumentParser(prog="python -m hpc.runtime.launch.local_ranks")
     parser.add_argument("--nproc", type=int, required=True)
     parser.add_argument("--log", help="each rank's output file, {rank} for its rank")
     parser.add_argument("--reason-file", help="where the line naming the rank that failed first is appended")
@@ -111,7 +111,7 @@ def _rank(rank: int, opts: argparse.Namespace, parent: int, dispositions: dict) 
             os.dup2(fd, 1)
             os.dup2(fd, 2)
             os.close(fd)
-        from hpc.runtime.process.warm_launch import run_worker
+        from hpc.runtime.launch.warm_launch import run_worker
 
         run_worker(opts.module, opts.target, *opts.args)
     except BaseException:  # noqa: BLE001 - nothing may return into the parent's loop

@@ -1,6 +1,6 @@
 """torchrun as hpc's SLURM jobs run it: the same arguments, agent and rendezvous, without a second import of torch.
 
-    python -m hpc.runtime.process.warm_launch [torchrun's arguments] script.py [args]   (or -m module [args])
+    python -m hpc.runtime.launch.warm_launch [torchrun's arguments] script.py [args]   (or -m module [args])
 
 Workers are forked from the agent, which imported torch to run at all, instead of started as new Pythons that
 import it again (torchrun's own `--run-path` with `--start-method fork`, plus what running a script needs): every
@@ -28,7 +28,7 @@ def run_worker(module: bool, target: str, *args: str) -> None:
 
     for stream in (sys.stdout, sys.stderr):  # a rank's lines reach the log as they are written, each whole
         try:
-            stream.reconfigure(line_buffering=True)
+            stream.reconfigure(line_buffering=True, write_through=False)  # one write a line, also under -u
         except (AttributeError, ValueError):
             pass
     threads = os.environ.get("OMP_NUM_THREADS", "")
