@@ -103,7 +103,7 @@ def chromium() -> str:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups as it runs
 def pytest_collection_modifyitems(config, items):
-    """Under xdist (pyproject's `-n 2 --dist loadgroup`): every test that uses the SLURM cluster runs on one and
+    """Under xdist (pyproject's `-n 3 --dist loadgroup`): every test that uses the SLURM cluster runs on one and
     the same worker, one after another, as the cluster's nodes, partitions and preemption are shared; every other
     test stays with its module's (its module fixtures, often a launch of ranks, are built once). Not whole modules
     to the SLURM worker: test_strategies has 2 SLURM tests and 28 CPU-bound others, which made that worker the

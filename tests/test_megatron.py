@@ -50,6 +50,7 @@ def runs(tmp_path_factory):
         if name == "pp2 x dp2":
             spec |= {"load": str(saved)}
         out[name] = _launch(folder, nproc, flags, spec)
+    out["saved folder"] = saved
     return out
 
 
@@ -94,6 +95,19 @@ def test_a_checkpoint_loads_under_another_layout_with_equal_weights(runs):
     assert saved.keys() == loaded.keys()
     for key, value in saved.items():
         torch.testing.assert_close(loaded[key], value, rtol=0, atol=0)
+
+
+def test_merge_weights_writes_a_tp2_x_pp2_checkpoint_as_one_file_of_the_whole_model(runs, tmp_path):
+    from safetensors.torch import load_file
+
+    merged = subprocess.run([sys.executable, "-m", "hpc", "merge-weights", str(runs["saved folder"]), "-o",
+                             str(tmp_path / "model.safetensors")], cwd=tmp_path, env=launch_env(),
+                            capture_output=True, text=True, timeout=120)
+    assert merged.returncode == 0, merged.stderr
+    weights, saved = load_file(tmp_path / "model.safetensors"), runs["tp2 x pp2 (sp)"]["saved_weights"]
+    assert weights.keys() == saved.keys()  # every stage's and every tensor-parallel shard's, under the model's names
+    for key, value in saved.items():
+        assert torch.equal(weights[key], value), key
 
 
 def test_megatron_generate_decodes_as_transformers_generate_on_the_same_weights(runs):
