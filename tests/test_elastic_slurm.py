@@ -25,6 +25,18 @@ SLURM_LOCAL = HERE.parent / "scripts" / "slurm-local"
 EPOCHS = 2
 
 
+def _whole(path, parse, timeout: float = 30):
+    """What the worker wrote to ``path``, read once the write is whole (it writes in place: a read can find the file
+    empty or half written)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return parse(path.read_text())
+        except ValueError:  # json's errors are ValueErrors too
+            assert time.monotonic() < deadline, f"{path} stayed unreadable: {path.read_text()!r}"
+            time.sleep(0.05)
+
+
 def _wait_for(what: str, path: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -51,10 +63,10 @@ def test_an_elastic_job_goes_on_without_a_node_that_dies_and_completes_exactly(s
     info = submit_elastic(tmp_path, "el", {"save_every": 2, "sleep": 0.5}, str(profile))
     first = run / "world-a0-r0"
     _wait_for("the first step at world 2", first, 120)
-    before = json.loads(first.read_text())
+    before = _whole(first, json.loads)
     assert before["world"] == 2, before
     victim = before["hosts"][1]  # not the batch host, which runs the rendezvous
-    while int((run / "progress").read_text()) < 3:  # past the first checkpoint (step 2)
+    while _whole(run / "progress", int) < 3:  # past the first checkpoint (step 2)
         time.sleep(0.2)
     killed = time.time()
     subprocess.run([str(SLURM_LOCAL), how, victim], check=True, capture_output=True)
