@@ -17,6 +17,7 @@ first step ended). At the end it writes the ids of each epoch to `out`.
 """
 
 import json
+import os
 import socket
 import sys
 import time
@@ -28,6 +29,12 @@ from shape_worker import N, SampleLog, regression  # noqa: E402 - beside this fi
 from hpc import Accelerator, set_seed
 from hpc.runtime.resilience import preemption
 
+
+def _write_whole(path, text: str) -> None:
+    """Replaces the file at once: the tests read these files while the job runs."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(text)
+    os.replace(part, path)
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
@@ -53,11 +60,11 @@ def main() -> None:
             ids = acc.gather(idx)
             if acc.is_main_process:
                 log.rows.append([loader.epoch, ids.tolist()])
-                (project / "progress").write_text(f"{acc.completed_steps}\n")
+                _write_whole(project / "progress", f"{acc.completed_steps}\n")
                 with open(project / "steps", "a") as f:  # measured from outside hpc, for the report's figures
                     f.write(f"{attempt} {acc.completed_steps} {time.time()}\n")
                 if first:
-                    (project / f"world-{attempt}").write_text(json.dumps(
+                    _write_whole(project / f"world-{attempt}", json.dumps(
                         {"world": acc.num_processes, "hosts": sorted(set(hosts)), "trained_at": time.time(),
                          "step": acc.completed_steps}))
             first = False

@@ -79,8 +79,9 @@ def train(spec: dict) -> None:
                 continue
             step = acc.completed_steps
             log.rows.append([step, acc.reduce(loss.detach(), "mean").item(), attempt])
-            if acc.is_main_process:
-                progress.write_text(f"{step}\n")
+            if acc.is_main_process:  # replaced at once: the tests read it while the job runs
+                progress.with_name("progress.part").write_text(f"{step}\n")
+                os.replace(progress.with_name("progress.part"), progress)
             if step == spec.get("crash_at") and first_attempt and spec.get("crash_rank", acc.process_index) == \
                     acc.process_index:
                 Path(spec["project"], "crashed_at").write_text(f"{time.time()}\n")
