@@ -29,3 +29,14 @@ def test_a_script_without_them_or_that_does_not_parse_gets_nothing_warmed(tmp_pa
     assert _named_from(str(plain), ("transformers",)) == {}
     assert _named_from(str(broken), ("transformers",)) == {}
     assert _named_from(str(tmp_path / "missing.py"), ("transformers",)) == {}
+
+
+def test_a_script_that_changes_its_environment_gets_nothing_warmed(tmp_path):
+    """transformers reads its cache and offline settings as it is imported: after the script's own changes."""
+    for change in ('os.environ["HF_HOME"] = "/data/hf"', 'os.environ.setdefault("HF_HUB_OFFLINE", "1")',
+                   'environ.update(HF_HOME="/x")', 'os.putenv("HF_HOME", "/x")', 'del os.environ["HF_HOME"]'):
+        script = tmp_path / "train.py"
+        script.write_text(f"import os\nfrom os import environ\n{change}\nfrom transformers import AutoModel\n")
+        assert _named_from(str(script), ("transformers",)) == {}, change
+    script.write_text('import os\nrank = int(os.environ["RANK"])\nfrom transformers import AutoModel\n')
+    assert _named_from(str(script), ("transformers",)) == {"transformers": {"AutoModel"}}  # reading is fine

@@ -14,6 +14,10 @@ first rank to fail stops the others (TERM) with one line on stderr and one in --
 rank's status (128 + the signal for a rank a signal ended, as bash reports it), else 0. A rank outlives this
 process by nothing: each asks the kernel to kill it when its parent dies.
 
+torch is imported before the script runs, as under hpc's torchrun (warm_launch): what torch reads as it is
+imported (OMP_NUM_THREADS, MKL_NUM_THREADS, TORCH_LOGS) is set before the launch (`--env`, the profile), not by the
+script itself; the transformers classes are warmed only for a script that leaves its environment alone.
+
 The parent never touches a GPU, so its children start clean; were torch's CUDA initialized while warming all the
 same, the ranks start as new Pythons instead of forks.
 """
@@ -69,10 +73,15 @@ def _warm(target: str, module: bool) -> None:
 
 
 def _named_from(script: str, libraries: tuple[str, ...]) -> dict[str, set[str]]:
-    """{library: names the script takes from it} for the libraries it imports (`from L import A`, `L.A`)."""
+    """{library: names the script takes from it} for the libraries it imports (`from L import A`, `L.A`); nothing
+    for a script that changes its environment (`os.environ[...] = `, `.setdefault`, `.update`, `putenv`): a library
+    reads some variables as it is imported (transformers its cache and offline settings), so it must be imported
+    after the script's own changes, by the rank."""
     try:
         tree = ast.parse(Path(script).read_text())
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return {}
+    if _changes_environment(tree):
         return {}
     found: dict[str, set[str]] = {}
     aliases: dict[str, str] = {}  # `import transformers as tf`: tf -> transformers
@@ -120,6 +129,24 @@ def _rank(rank: int, opts: argparse.Namespace, parent: int, dispositions: dict) 
         traceback.print_exc()
         os._exit(1)
     os._exit(0)
+
+
+def _changes_environment(tree: ast.AST) -> bool:
+    def is_environ(node) -> bool:
+        return (isinstance(node, ast.Attribute) and node.attr == "environ") or \
+            (isinstance(node, ast.Name) and node.id == "environ")
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Subscript, ast.Attribute)) and isinstance(node.ctx, (ast.Store, ast.Del)) and \
+                is_environ(node.value):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("setdefault", "update", "pop", "clear", "__setitem__") and \
+                    is_environ(node.func.value):
+                return True
+            if node.func.attr in ("putenv", "unsetenv"):
+                return True
+    return False
 
 
 def _cuda_initialized() -> bool:
