@@ -140,11 +140,8 @@ def warm_target(job: JobSpec, wrap: list[str]) -> list[str] | None:
     one rank, outside a container; None for anything else (each rank then starts on its own)."""
     if wrap or job.nproc_per_node < 2:
         return None
-    if job.module:
-        return ["--module", job.module, *job.args]
-    if job.script and job.script.endswith(".py"):
-        return [job.script, *job.args]
-    return None
+    target = launcher_target(job)  # torchrun's spelling, which local_ranks takes too
+    return None if target[0] == "--no-python" else target
 
 
 def container_args(profile: ClusterProfile, job: JobSpec) -> tuple[list[str], list[str]]:

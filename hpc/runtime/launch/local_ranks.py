@@ -158,8 +158,11 @@ def _cuda_initialized() -> bool:
 _STARTED: list = []
 
 
-def _start(rank: int, opts: argparse.Namespace) -> int:
-    """A rank as a new Python, for when forking is unsafe: the pid, waited for as a forked one."""
+def _start(rank: int, opts: argparse.Namespace, dispositions: dict) -> int:
+    """A rank as a new Python, for when forking is unsafe: the pid, waited for as a forked one. A signal this
+    process inherited ignored (the early warning signal) is ignored in the rank too, as the job script left it:
+    exec would reset this process's forwarding handler to the default, which ends the rank."""
+    ignored = [sig for sig, handler in dispositions.items() if handler == signal.SIG_IGN]
     env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank)}
     target = ["-m", opts.target] if opts.module else [opts.target]
     out = None
@@ -167,7 +170,8 @@ def _start(rank: int, opts: argparse.Namespace) -> int:
         out = open(opts.log.replace("{rank}", str(rank)), "a")
     try:
         proc = subprocess.Popen([sys.executable, *target, *opts.args], env=env, stdout=out,
-                                stderr=subprocess.STDOUT if out else None)
+                                stderr=subprocess.STDOUT if out else None,
+                                preexec_fn=lambda: [signal.signal(sig, signal.SIG_IGN) for sig in ignored])
         _STARTED.append(proc)  # kept: a collected Popen may reap its process before main's os.wait() sees it
         return proc.pid
     finally:
@@ -213,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             if pid == 0:
                 _rank(rank, opts, parent, dispositions)
         else:
-            pid = _start(rank, opts)
+            pid = _start(rank, opts, dispositions)
         ranks[pid] = rank
     rc = 0
     while ranks:
