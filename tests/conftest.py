@@ -32,6 +32,24 @@ def _environment_restored():
         os.environ.update(saved)
 
 
+@pytest.fixture(autouse=True)
+def _slurm_nodes_revived(request):
+    """After a SLURM test, every node of slurm-local runs again: a test that killed a node and failed before it
+    revived it would leave a node SLURM still schedules on for a while, and the next test's job would hang there."""
+    yield
+    if request.node.get_closest_marker("slurm") is None:
+        return
+    run = Path(os.environ.get("SLURM_LOCAL_DIR", "/tmp/hpc-slurm")) / "run"
+    for pid_file in sorted(run.glob("slurmd-*.pid")):
+        node = pid_file.name[len("slurmd-"):-len(".pid")]
+        try:
+            os.kill(int(pid_file.read_text()), 0)
+        except (OSError, ValueError):
+            import subprocess
+
+            subprocess.run([str(SLURM_LOCAL), "revive-node", node], capture_output=True, timeout=180)
+
+
 def hpc_cmd(*args):
     return [sys.executable, "-m", "hpc", *args]
 

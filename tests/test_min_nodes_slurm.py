@@ -53,9 +53,9 @@ def test_a_job_that_loses_a_node_runs_on_fewer_after_its_requeue_and_completes_e
     assert before["world"] == 3, before
     victim = before["hosts"][-1]  # not node1, which runs the batch script
     _wait_for("the first checkpoint", lambda: int((run / "progress").read_text() or 0) >= 3, 60)
-    subprocess.run([str(SLURM_LOCAL), "kill-node", victim], check=True, capture_output=True)
     revive = None
     try:
+        subprocess.run([str(SLURM_LOCAL), "kill-node", victim], check=True, capture_output=True)
         lost = Path(info["job_dir"]) / "tasks" / "0.lost_nodes"
         _wait_for("the lost node to be named", lost.exists, 90)
         # the node boots again while the job runs on without it (later tests want all 3 nodes)
