@@ -63,3 +63,31 @@ def test_a_lost_nodes_ranks_resume_from_the_copy_the_other_node_kept_and_train_e
     assert back[-1]["tier"] == "peer" and back[-1]["step"] == 6 and "/own/rank-0/" in back[-1]["folder"]
     assert_same_run(straight_run(SPEC, tmp_path), torch.load(tmp_path / "b.pt", weights_only=False))
     assert not job.exists()  # the run ended: its memory went back to the node
+
+
+def test_a_step_drained_to_the_shared_tier_gives_every_rank_its_own_random_streams_back(tmp_path):
+    """Both nodes lost with their memory (the requeue runs elsewhere): the newest checkpoint is the fast tier's
+    step 6, drained into the shared tier by rank 0 with rank 1's random streams beside it. The resume from it
+    trains on to the same losses and weights as a straight run: the model's dropout draws from rank 1's stream."""
+    start_straight_run(SPEC, tmp_path)
+    memory = tmp_path / "shm"
+    memory.mkdir()
+    (tmp_path / "job" / "tasks").mkdir(parents=True)
+    RuntimeConfig(fast_tier=FastTier(enabled=True, directory=str(memory), drain_steps=2)).write(
+        tmp_path / "runtime.json")
+    run = {**SPEC, "project": str(tmp_path / "d"), "out": str(tmp_path / "d.pt"), "crash_at": 7}
+    port = 31000 + os.getpid() % 2000
+    crashed = _two_nodes(tmp_path, run, port)
+    assert all(p.returncode != 0 and "planned crash at step 7" in p.stderr for p in crashed)
+    drained = next(Path(run["project"]).rglob("step-6"))
+    data = json.loads((drained / "manifest.json").read_text())
+    assert data["from"] == "node" and "rng/rank1.pt" not in data["files"], data
+    part = json.loads((drained / ".rank1.json").read_text())
+    assert sorted(part["files"]) == ["rng/rank1.pt"] and part["step"] == 6, part
+    shutil.rmtree(memory / f"hpc-{os.getuid()}-job")  # every node's memory is gone
+    resumed = _two_nodes(tmp_path, run, port + 1, restart=1)
+    assert all(p.returncode == 0 for p in resumed), resumed[0].stderr[-3000:] + resumed[1].stderr[-3000:]
+    said = [line for line in resumed[0].stderr.splitlines() if "resumed from" in line]
+    assert len(said) == 1 and "(step 6, the shared tier)" in said[0], resumed[0].stderr[-3000:]
+    assert "keeps its own random state" not in resumed[1].stderr, resumed[1].stderr[-3000:]
+    assert_same_run(straight_run(SPEC, tmp_path), torch.load(tmp_path / "d.pt", weights_only=False))

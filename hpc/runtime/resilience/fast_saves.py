@@ -78,12 +78,14 @@ class FastSaves:
             fast.wait()
 
     def _drain_into(self, step: int) -> Path | None:
-        """Rank 0: the shared tier's folder for this step when a drain is due (``drain_steps`` steps or
-        ``drain_minutes`` since the last); the replicated state is whole in rank 0's folder, the other ranks'
-        random streams are not drained (a resume from it keeps theirs, in one line)."""
+        """The shared tier's folder for this step. Rank 0 gets it when a drain is due (``drain_steps`` steps or
+        ``drain_minutes`` since the last: the replicated state is whole in its folder); every other rank always
+        (its part goes there if rank 0 says in the save's vote that it drained: the minutes are rank 0's clock)."""
         settings = self.fast.settings
-        if not self.process.is_main_process or not (settings.drain_steps or settings.drain_minutes):
+        if not (settings.drain_steps or settings.drain_minutes):
             return None
+        if not self.process.is_main_process:
+            return self.checkpoints.checkpointer.store.step_dir(step)
         due = (settings.drain_steps and step - self._drained_step >= settings.drain_steps) or (
             settings.drain_minutes and time.monotonic() - self._drained_at >= 60 * settings.drain_minutes)
         if not due:

@@ -5,6 +5,7 @@ state is copied into reused host buffers (the only time the loop is held); a thr
 checkpointer's format (checksummed files, manifest.json last: checkpointer.py's commit rules), sends it to the
 peer node (replication.py) and purges the older ones. Every rank holds the whole replicated state (a DDP model is
 the same on every rank) and its own random streams and stream readers, so any one rank's folder resumes the run;
+a drain into the shared tier copies rank 0's folder and every other rank's streams and readers beside it;
 sharded state (FSDP, DeepSpeed) is not written to this tier (said once at the start).
 
 A save that does not fit (the tier's free memory below what it needs) or that fails writing turns the tier off for
@@ -15,6 +16,7 @@ the shared tier instead, and one line says why. The job never fails for the fast
 from __future__ import annotations
 
 import atexit
+import os
 import queue
 import shutil
 import sys
@@ -24,7 +26,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpc.runtime.checkpoint import manifest
+from hpc.runtime.checkpoint import fileset, manifest
 from hpc.runtime.checkpoint.fileset import FileSet
 from hpc.runtime.checkpoint.formats import StagingBuffers
 from hpc.runtime.checkpoint.tiers.node_store import NodeStore
@@ -78,7 +80,10 @@ class FastTier:
         return (self.off is None and step > 0 and step != self._last_step and step % self.settings.every == 0)
 
     def save(self, step: int, meta: dict, drain_into: Path | None = None) -> float:
-        """Stage this step's state and write it in the background; returns the seconds the loop was held."""
+        """Stage this step's state and write it in the background; returns the seconds the loop was held.
+        ``drain_into``: the shared tier's folder of this step. Rank 0 drains its folder there when given one (a
+        drain is due); any other rank writes its own part there (its random streams, its readers' positions) when
+        rank 0 says, in the save's vote, that it drained this step."""
         started = time.monotonic()
         self.wait()  # one save in flight: the previous one is committed and replicated first
         if self.fallback_due or self.off:
@@ -136,8 +141,7 @@ class FastTier:
         folder = None
         if staged is not None:
             folder = self._commit(step, staged, meta)
-        if folder is not None and drain_into is not None:
-            self._drain(folder, drain_into)
+        drained = self.rank == 0 and folder is not None and drain_into is not None and self._drain(folder, drain_into)
         failed = self._failed is not None
         if self.copies:
             try:
@@ -146,7 +150,7 @@ class FastTier:
                 if copy is not None:
                     self.node.store("peer", self.replication.source).purge()
                 self.saves.replicas = int(folder is not None) + int(kept)
-                failed = self.replication.any_failed(failed)
+                failed, drained = self.replication.vote(failed, drained)
             except Exception as e:  # noqa: BLE001 - a peer lost mid-exchange: this save stays on this node only
                 self.saves.replicas = int(folder is not None)
                 self._failed = self._failed or f"the copy to the peer node failed: {e}"
@@ -154,7 +158,9 @@ class FastTier:
         else:
             self.saves.replicas = int(folder is not None)
             if self.replication is not None:
-                failed = self.replication.any_failed(failed)
+                failed, drained = self.replication.vote(failed, drained)
+        if drained and self.rank != 0 and folder is not None and drain_into is not None:
+            self._drain_part(folder, drain_into)
         if folder is not None:
             self.saves.step = step
         if failed:
@@ -179,19 +185,19 @@ class FastTier:
         store.purge()
         return folder
 
-    def _drain(self, folder: Path, into: Path) -> None:
-        """The committed ``folder`` into the shared tier's step folder ``into``: every file, then its manifest
-        last (the same sizes and checksums), renamed into place whole; a folder already there (the script's own
-        save_state of this step) stands. ``drained(step, folder)`` hears of it; a failure is one line."""
+    def _drain(self, folder: Path, into: Path) -> bool:
+        """Rank 0: the committed ``folder`` into the shared tier's step folder ``into``: every file, then its
+        manifest last (the same sizes and checksums), renamed into place whole; a folder already there (the
+        script's own save_state of this step) stands. ``drained(step, folder)`` hears of it; a failure is one
+        line. Whether it drained (the other ranks then add their parts)."""
         work = into.with_name(f".{into.name}.draining")
         try:
             if into.exists():
-                return
+                return False
             shutil.rmtree(work, ignore_errors=True)
             data = manifest.read(folder)
             for name in data["files"]:
-                (work / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(folder / name, work / name)
+                _copy_synced(folder / name, work / name)
             meta = {k: v for k, v in data.items() if k not in ("files", "version", "committed_at", "rank", "job",
                                                                "uid")}
             manifest.commit(work, data["files"], {**meta, "from": "node"}, fsync=True)
@@ -200,9 +206,27 @@ class FastTier:
             shutil.rmtree(work, ignore_errors=True)
             print(f"hpc: the fast tier's step {folder.name} was not drained to {into.parent}: {e}", file=sys.stderr,
                   flush=True)
-            return
+            return False
         if self.drained is not None:
             self.drained(int(data["step"]), into)
+        return True
+
+    def _drain_part(self, folder: Path, into: Path) -> None:
+        """A rank other than 0, after rank 0 drained this step into ``into``: its own random streams and readers'
+        positions beside rank 0's files, as the checkpointer keeps a rank's part of a replicated save (the files,
+        then ``.rank<r>.json`` naming them with their checksums). A resume from the drained step then gives every
+        rank its own streams back, as one from the fast tier does. A failure is one line: that rank would keep
+        the streams its script seeded, and the resume says so."""
+        try:
+            data = manifest.read(folder)
+            mine = {name: entry for name, entry in data["files"].items()
+                    if name in (f"rng/rank{self.rank}.pt", f"loaders/rank{self.rank}.pt")}
+            for name in mine:
+                _copy_synced(folder / name, into / name)
+            fileset.publish_part(into, self.rank, mine, fileset.point(data), fsync=True)
+        except (OSError, TypeError) as e:
+            print(f"hpc: rank {self.rank}'s part of the fast tier's step {folder.name} was not drained to "
+                  f"{into}: {e}", file=sys.stderr, flush=True)
 
     @property
     def copies(self) -> bool:
@@ -257,6 +281,14 @@ def _finish_in_flight() -> None:
     wait = EXIT_WAIT_AFTER_ERROR_S if getattr(sys, "last_value", None) is not None else EXIT_WAIT_S
     for tier in list(_tiers):
         tier.wait(wait)
+
+
+def _copy_synced(source: Path, target: Path) -> None:
+    """A file copied onto the shared filesystem and on its disk before anything names it."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    with open(target, "rb") as f:
+        os.fsync(f.fileno())
 
 
 def _bytes(obj) -> int:

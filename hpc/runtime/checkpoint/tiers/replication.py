@@ -61,11 +61,12 @@ class Replication:
         _both(dist.isend(ack, self.source, group=self.group), dist.irecv(peer_ack, self.peer, group=self.group))
         return copy, bool(peer_ack.item())
 
-    def any_failed(self, failed: bool) -> bool:
-        """Whether any rank's fast save failed this time (every rank learns the same answer)."""
-        flag = torch.tensor([int(failed)])
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
-        return bool(flag.item())
+    def vote(self, failed: bool, drained: bool) -> tuple[bool, bool]:
+        """Whether any rank's fast save failed this time, and whether rank 0 drained it into the shared tier
+        (every rank learns the same answers)."""
+        flags = torch.tensor([int(failed), int(drained and self.rank == 0)])
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
+        return bool(flags[0].item()), bool(flags[1].item())
 
 
 def _both(send, recv) -> None:
