@@ -23,12 +23,15 @@ from tests.test_checkpoint import assert_same_run
 SPEC = {"strategy": "ddp", "steps": 16, "save_every": 4}
 
 
-def _two_nodes(tmp: Path, run: dict, port: int, restart: int = 0) -> list[subprocess.CompletedProcess]:
-    env = {**launch_env(), "HPC_RUNTIME_CONFIG": str(tmp / "runtime.json"), "HPC_JOB_DIR": str(tmp / "job"),
+def _two_nodes(tmp: Path, run: dict, port: int, restart: int = 0, configs: tuple[str, str] = ("runtime.json",) * 2
+               ) -> list[subprocess.CompletedProcess]:
+    """``configs``: each rank's runtime config (its node's memory), in tmp."""
+    env = {**launch_env(), "HPC_JOB_DIR": str(tmp / "job"),
            "MASTER_ADDR": socket.gethostname(), "MASTER_PORT": str(port), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1",
            "LOCAL_RANK": "0", "OMP_NUM_THREADS": "1", "HPC_RESTART_COUNT": str(restart)}
     procs = [subprocess.Popen([sys.executable, str(RESUME_WORKER), json.dumps(run)], cwd=tmp, text=True,
-                              env={**env, "RANK": str(r), "GROUP_RANK": str(r)}, stderr=subprocess.PIPE)
+                              env={**env, "RANK": str(r), "GROUP_RANK": str(r),
+                                   "HPC_RUNTIME_CONFIG": str(tmp / configs[r])}, stderr=subprocess.PIPE)
              for r in range(2)]
     try:
         return [subprocess.CompletedProcess(p.args, p.wait(timeout=300), None, p.stderr.read()) for p in procs]
@@ -91,3 +94,31 @@ def test_a_step_drained_to_the_shared_tier_gives_every_rank_its_own_random_strea
     assert len(said) == 1 and "(step 6, the shared tier)" in said[0], resumed[0].stderr[-3000:]
     assert "keeps its own random state" not in resumed[1].stderr, resumed[1].stderr[-3000:]
     assert_same_run(straight_run(SPEC, tmp_path), torch.load(tmp_path / "d.pt", weights_only=False))
+
+
+def test_a_node_that_comes_back_empty_is_sent_its_ranks_folder_by_the_node_that_kept_the_copy(tmp_path):
+    """Each rank's node has a memory of its own. Node 1 is replaced by a node with nothing in memory (a hot spare,
+    or the node rebooted): its rank's folder of step 6 lives on only in the copy node 0 kept, and node 0 sends it
+    over. One step is trained twice, not three (the shared tier's step 4)."""
+    start_straight_run(SPEC, tmp_path)
+    (tmp_path / "job" / "tasks").mkdir(parents=True)
+    for r in (0, 1):
+        (tmp_path / f"shm{r}").mkdir()
+        RuntimeConfig(fast_tier=FastTier(enabled=True, directory=str(tmp_path / f"shm{r}"))).write(
+            tmp_path / f"runtime{r}.json")
+    configs = ("runtime0.json", "runtime1.json")
+    run = {**SPEC, "project": str(tmp_path / "f"), "out": str(tmp_path / "f.pt"), "crash_at": 7}
+    port = 33000 + os.getpid() % 2000
+    crashed = _two_nodes(tmp_path, run, port, configs=configs)
+    assert all(p.returncode != 0 and "planned crash at step 7" in p.stderr for p in crashed)
+    kept = tmp_path / "shm0" / f"hpc-{os.getuid()}-job" / "peer" / "rank-1" / "step-6"
+    assert (kept / "manifest.json").exists()
+    shutil.rmtree(tmp_path / "shm1")  # node 1's memory is gone: the node in its place starts empty
+    (tmp_path / "shm1").mkdir()
+    resumed = _two_nodes(tmp_path, run, port + 1, restart=1, configs=configs)
+    assert all(p.returncode == 0 for p in resumed), resumed[0].stderr[-3000:] + resumed[1].stderr[-3000:]
+    said = [line for line in resumed[0].stderr.splitlines() if "resumed from" in line]
+    assert len(said) == 1 and "(step 6, the peer tier)" in said[0], resumed[0].stderr[-3000:]
+    events = [json.loads(x) for x in (tmp_path / "job" / "tasks" / "0.timeline").read_text().splitlines()]
+    assert [e["step"] for e in events if e["event"] == "resumed"] == [6]
+    assert_same_run(straight_run(SPEC, tmp_path), torch.load(tmp_path / "f.pt", weights_only=False))

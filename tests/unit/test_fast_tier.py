@@ -81,6 +81,35 @@ def test_saves_commit_in_the_checkpointers_format_and_a_damaged_newest_is_skippe
     assert torch.equal(loaded["weight"] + 2.0, tier.training.models[0].weight.data)
 
 
+def test_a_save_after_a_resume_from_an_older_step_replaces_the_abandoned_later_ones(tmp_path):
+    """The run went back to step 4 (the shared tier's): the fast tier's steps 5 and 6 of the attempt before are
+    of a trajectory left behind. Saving step 5 again drops them; the store's purge (newest kept) then keeps the new
+    step 5 instead of taking it for an old one."""
+    tier = _tier(tmp_path)
+    for step in (5, 6):
+        tier.save(step, _meta(step))
+        tier.wait()
+    tier._last_step = None  # a new attempt
+    tier.training.models[0].weight.data.add_(1.0)
+    tier.save(5, _meta(5))
+    tier.wait()
+    store = tier.node.store("own", 0)
+    assert [e.step for e in store.committed()] == [5] and tier.off is None and tier.fallback_due is None
+    assert choice.choose(tier.node, "41", 0, _one) == choice.Choice(5, store.step_dir(5), "node")
+    assert torch.equal(torch.load(store.step_dir(5) / "model_0.pt", weights_only=True)["weight"],
+                       tier.training.models[0].weight.data)
+
+
+def test_the_resume_plan_fetches_each_missing_folder_from_the_lowest_rank_holding_it():
+    # ranks 0-3; rank 2's node came back empty; rank 3's own folder of step 6 is damaged only on its node
+    offers = [[(0, 5), (0, 6), (3, 6)], [(1, 5), (1, 6), (0, 6)], [], [(2, 5), (2, 6), (3, 5), (3, 6)]]
+    assert choice.plan(offers) == (6, [(3, 2, 2)])
+    offers[3].remove((2, 6))  # nobody holds rank 2's step 6 any more: step 5, rank 2's again from rank 3
+    assert choice.plan(offers) == (5, [(3, 2, 2)])
+    assert choice.plan([[(0, 1)], []]) == (None, [])  # rank 1's folder is held nowhere
+    assert choice.plan([[], []]) == (None, [])
+
+
 def test_another_jobs_or_users_checkpoints_are_never_read_and_a_gone_jobs_folder_is_swept(tmp_path):
     old = _tier(tmp_path, job="40")
     old.save(3, _meta(3))

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hpc.errors import HpcError
-from hpc.runtime.checkpoint.tiers import choice
+from hpc.runtime.checkpoint.tiers import choice, replication
 from hpc.runtime.checkpoint.tiers.fast_tier import EXIT_WAIT_S, FastTier
 from hpc.runtime.checkpoint.tiers.node_store import NodeStore, job_key, slurm_running
 from hpc.runtime.process import collectives
@@ -108,14 +108,21 @@ class FastSaves:
         (every rank the same answer)."""
         if self.fast is None:
             return None
-        world = self.process.world_size
-        picked = choice.choose(self.fast.node, self.fast.job, self.process.rank,
-                               lambda obj: collectives.gather_object_across(obj, world), world)
+        world, node = self.process.world_size, self.fast.node
+        picked = choice.choose(node, self.fast.job, self.process.rank,
+                               lambda obj: collectives.gather_object_across(obj, world), world, self._fetch)
         if picked is None:
             return None
         shared = self.checkpoints.checkpointer.store.committed() if self.process.is_main_process else None
         newest_shared = collectives.gather_object_across(shared[0].step if shared else None, world)[0]
         return picked if newest_shared is None or picked.step >= newest_shared else None
+
+    def _fetch(self, step: int, moves: list, folder_of) -> Path | None:
+        """A resume's transfers of fast-tier folders between ranks (every rank, the same moves): what this rank
+        received, committed as a peer copy on its node."""
+        node = self.fast.node
+        return replication.transfer(replication.make_group(), self.process.rank, moves, folder_of,
+                                    lambda s: node.store("peer", self.process.rank).step_dir(s))
 
     def close(self, remove: bool) -> None:
         """The run is over; ``remove`` (not a requeue): the node's copy goes once every rank is done with it."""

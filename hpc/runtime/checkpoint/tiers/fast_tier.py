@@ -145,8 +145,8 @@ class FastTier:
         failed = self._failed is not None
         if self.copies:
             try:
-                copy, kept = self.replication.exchange(folder, lambda s: self.node.store(
-                    "peer", self.replication.source).step_dir(s))
+                copy, kept = self.replication.exchange(folder, lambda s: _fresh_dir(self.node.store(
+                    "peer", self.replication.source), s))
                 if copy is not None:
                     self.node.store("peer", self.replication.source).purge()
                 self.saves.replicas = int(folder is not None) + int(kept)
@@ -170,6 +170,7 @@ class FastTier:
         store = self.node.store("own", self.rank)
         folder = store.step_dir(step)
         try:
+            _fresh_dir(store, step)
             if folder.exists():
                 shutil.rmtree(folder)
             folder.mkdir(parents=True, mode=0o700)
@@ -281,6 +282,17 @@ def _finish_in_flight() -> None:
     wait = EXIT_WAIT_AFTER_ERROR_S if getattr(sys, "last_value", None) is not None else EXIT_WAIT_S
     for tier in list(_tiers):
         tier.wait(wait)
+
+
+def _fresh_dir(store, step: int) -> Path:
+    """Where ``step`` is saved in ``store``, once the folders of later steps are gone: a run that resumed from an
+    older step (the shared tier's, when not every rank's folder was held) left the trajectory they belong to, and
+    the store's purge, which keeps the newest, would otherwise take this save for the old one and remove it."""
+    for entry in store.entries():
+        if entry.step > step:
+            (entry.path / manifest.NAME).unlink(missing_ok=True)  # uncommitted first: never half there
+            shutil.rmtree(entry.path, ignore_errors=True)
+    return store.step_dir(step)
 
 
 def _copy_synced(source: Path, target: Path) -> None:

@@ -38,8 +38,7 @@ class Replication:
         node (the profile's replicas 2), where there is one."""
         if world <= 1 or not dist.is_available() or not dist.is_initialized():
             return None
-        group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S))
-        return cls(rank, world, local_world, group, copies)
+        return cls(rank, world, local_world, make_group(), copies)
 
     def exchange(self, folder: Path | None, receive_into) -> tuple[Path | None, bool]:
         """Send ``folder`` (a committed checkpoint; None: nothing this time) to the peer and take the source's.
@@ -67,6 +66,41 @@ class Replication:
         flags = torch.tensor([int(failed), int(drained and self.rank == 0)])
         dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
         return bool(flags[0].item()), bool(flags[1].item())
+
+
+def transfer(group, rank: int, moves: list[tuple[int, int, int]], folder_of, receive_into) -> Path | None:
+    """A resume's fetches (choice.plan's moves: holder, needer, saved rank), every rank calling with the same moves:
+    each holder sends its folder of the saved rank (``folder_of(saved) -> Held | None``; none: an empty message),
+    each needer receives one and commits it (``receive_into(step)``) once every file matches its checksum. Returns
+    what this rank received, or None."""
+    keep, sends, received = [], [], None
+    for holder, needer, saved in moves:
+        if holder != rank:
+            continue
+        held = folder_of(saved)
+        payload = _pack(held.path) if held is not None else bytearray()
+        size = torch.tensor([len(payload)], dtype=torch.int64)
+        keep.append((payload, size))
+        sends.append(dist.isend(size, needer, group=group))
+        if payload:
+            sends.append(dist.isend(torch.frombuffer(payload, dtype=torch.uint8), needer, group=group))
+    for holder, needer, _ in moves:
+        if needer != rank:
+            continue
+        size = torch.zeros(1, dtype=torch.int64)
+        dist.irecv(size, holder, group=group).wait()
+        data = torch.empty(int(size.item()), dtype=torch.uint8)
+        if data.numel():
+            dist.irecv(data, holder, group=group).wait()
+            received = _unpack(memoryview(data.numpy()), receive_into)
+    for work in sends:
+        work.wait()
+    return received
+
+
+def make_group():
+    """A gloo group of every rank for the fast tier's bytes (the job's own group may be NCCL's)."""
+    return dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S))
 
 
 def _both(send, recv) -> None:
