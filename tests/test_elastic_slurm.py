@@ -44,12 +44,13 @@ def _wait_for(what: str, path: Path, timeout: float) -> None:
         time.sleep(0.3)
 
 
-def submit_elastic(project: Path, name: str, spec: dict, profile: str = "slurm-local") -> dict:
+def submit_elastic(project: Path, name: str, spec: dict, profile: str = "slurm-local", *flags: str) -> dict:
     for worker in ("elastic_worker.py", "shape_worker.py"):  # the worker imports its sample log from the other
         shutil.copy(HERE / worker, project)
     spec = {"project": str(project / name), "out": str(project / f"{name}.pt"), "epochs": EPOCHS, **spec}
     return submit(project, "-p", profile, "--launcher", "torchrun", "--nproc", "1", "--elastic", "1:2",
-                  "--max-restarts", "3", "--time", "5", "-J", name, "elastic_worker.py", "--", json.dumps(spec))
+                  "--max-restarts", "3", "--time", "5", "-J", name, *flags, "elastic_worker.py", "--",
+                  json.dumps(spec))
 
 
 # "kill-node" (the whole node dies, slurmd with it) passes too, in 87 s against 60, and leaves the node coming back
@@ -93,6 +94,65 @@ def test_an_elastic_job_goes_on_without_a_node_that_dies_and_completes_exactly(s
     finally:  # idempotent: nothing happens if it is running
         if how == "kill-node":
             subprocess.run([str(SLURM_LOCAL), "revive-node", victim], capture_output=True, timeout=180)
+
+
+def test_a_hot_spare_takes_a_lost_nodes_place_and_is_sent_its_fast_tier_folder(slurm, tmp_path):
+    """Issue 41's job: 0.2 s a step, the script's save_state every 5 steps, the fast tier every step, one vetted
+    spare. The second node's job processes die after step 6; the spare joins the next round at the same world size,
+    and the survivor's node sends it the lost rank's folder (the copy it kept): at most the step in flight is
+    trained twice, every sample of every epoch once, and `hpc status` names the replacement."""
+    run = tmp_path / "sp"
+    profile = tmp_path / "spare-fast.yaml"
+    profile.write_text("name: spare-fast\nextends: slurm-local\nfast_tier:\n  enabled: true\n"
+                       "vetting:\n  enabled: true\n  relative_speed: 0\n")  # the nodes share this machine's CPUs
+    info = submit_elastic(tmp_path, "sp", {"save_every": 5, "sleep": 0.2, "sleep_until_killed": True},
+                          str(profile), "--spare-nodes", "1")
+    base = _first_round_of_two(run, 240)
+    victim = _whole(run / f"world-a0-r{base}", json.loads)["hosts"][1]
+    while _whole(run / "progress", int) < 6:
+        time.sleep(0.05)
+    before = _whole(run / f"world-a0-r{base}", json.loads)
+    killed = time.time()
+    subprocess.run([str(SLURM_LOCAL), "kill-tasks", victim], check=True, capture_output=True, timeout=60)
+    (run / "killed").write_text("")
+    proc = hpc(tmp_path, "wait", info["job_id"], timeout=240)
+    logs = hpc(tmp_path, "logs", "--all", info["job_id"], check=True).stdout
+    assert proc.returncode == 0 and "COMPLETED" in proc.stdout, proc.stdout + logs[-4000:]
+    # the round after the kill (named by rank 0's agent's restart count: 0 again when rank 0 is the spare's)
+    after = next(w for w in (_whole(p, json.loads) for p in run.glob("world-a0-r*")) if w["trained_at"] > killed)
+    assert after["world"] == 2 and victim not in after["hosts"], after
+    assert "the peer tier)" in logs, logs[-4000:]
+    steps = [int(line.split()[1]) for line in (run / "steps").read_text().splitlines()]
+    back = next(i for i in range(1, len(steps)) if steps[i] <= steps[i - 1])  # the first step after the restart
+    assert steps[back - 1] - (steps[back] - 1) <= 1, steps  # steps trained twice, from the worker's own log
+    result = torch.load(tmp_path / "sp.pt", weights_only=False)
+    for epoch, ids in enumerate(result["epochs"]):
+        assert sorted(ids) == list(range(64)), f"epoch {epoch}: {sorted(ids)}"
+    (spare,) = set(after["hosts"]) - set(before["hosts"])
+    replaced = status(tmp_path, info["job_id"])["replaced_nodes"]
+    assert [(r["lost"], r["by"]) for r in replaced] == [(victim, spare)], replaced
+    # the report against the worker's log: the step redone, and a fast save at each step boundary but each run's
+    # last (the runs' last seconds once went uncounted: 1 save reported of 15)
+    data = json.loads(hpc(tmp_path, "report", "--json", info["job_id"], check=True).stdout)
+    (recovery,) = data["tasks"][0]["recoveries"]
+    assert (recovery["lost"], recovery["spare"], recovery["tier"]) == ([victim], spare, "peer"), recovery
+    assert data["totals"]["redone_steps"] == steps[back - 1] - (steps[back] - 1), data["totals"]
+    assert len(steps) - 2 <= data["totals"]["fast_saves"] <= len(steps), (data["totals"], steps)
+
+
+def _first_round_of_two(run: Path, timeout: float) -> int:
+    """The torchrun round (restart count) that first ran on two nodes: one that began with a single node (the
+    other agent late) grows to two first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for world in sorted(run.glob("world-a0-r*")):
+            try:
+                if json.loads(world.read_text())["world"] >= 2:
+                    return int(world.name.rsplit("r", 1)[1])
+            except (OSError, ValueError):
+                pass
+        time.sleep(0.1)
+    raise AssertionError(f"no round of two nodes in {run} within {timeout} s")
 
 
 # hpc's rendezvous defaults (hpc.contract.launch_settings): the dead agent's heartbeat is stale after 1 s x 3, the

@@ -37,7 +37,7 @@ def between(prev: Attempt, nxt: Attempt) -> dict:
     elastic = nxt.run > 0 and nxt.number == prev.number
     out = {"attempt": nxt.number, "run": nxt.run, "after_attempt": prev.number, "after_run": prev.run,
            "kind": "elastic restart" if elastic else "requeue", "cause": prev.reason,
-           "lost": _lost(prev, nxt), "spare": (nxt.replaced or {}).get("spare"),
+           "lost": _lost(prev, nxt), "spare": _spare(prev, nxt),
            "queued_s": 0.0 if elastic else nxt.queued_s,
            "released_at": None if elastic else prev.end,  # a requeue: the failed attempt's allocation ended
            "redone_steps": prev.redone_steps, "resumed_from": nxt.resumed_from,
@@ -66,6 +66,15 @@ def _lost(prev: Attempt, nxt: Attempt) -> list[str]:
     if prev.run_hosts and nxt.run_hosts:
         return sorted(set(prev.run_hosts) - set(nxt.run_hosts))
     return []
+
+
+def _spare(prev: Attempt, nxt: Attempt) -> str | None:
+    """The node(s) that took the lost ones' places: as the run said, else those the next run has and the failed
+    one had not (an elastic job's hot spare joining the next round)."""
+    if nxt.replaced:
+        return nxt.replaced.get("spare")
+    came = sorted(set(nxt.run_hosts) - set(prev.run_hosts)) if prev.run_hosts and nxt.run_hosts else []
+    return ",".join(came) or None
 
 
 def _detected(a: Attempt) -> tuple[float, str]:

@@ -168,7 +168,7 @@ def _tiers_timeline() -> list[goodput.Attempt]:
         _line(1025.0, 0, "save", step=20, stall_s=2.0, folder="c/step-20", tier="shared", fallback="fast tier full"),
         _line(1026.0, 0, "ended", step=21, last_step_t=1025.9, how="exception", error="DistBackendError"),
         _line(1030.0, 0, "started", proc_start=1028.0, nodes=3, run_nodes=2, world=2, step=0,
-              hosts=["node1", "node<3>"], replaced={"lost": "node2", "spare": "node<3>"}),
+              hosts=["node1", "node<3>"]),  # the spare, known by its hosts as hpc writes them
         _line(1031.0, 0, "resumed", step=21, load_s=0.4, tier="peer", folder="/dev/shm/c/step-21"),
         _line(1031.5, 0, "training", step=21),
         _line(1041.5, 0, "progress", step=31, fast={"step": 31, "n": 10, "stall_s": 0.25, "replicas": 2}),

@@ -100,8 +100,11 @@ class FastSaves:
             self.on_drained(step, folder)
         self.checkpoints.checkpointer.store.purge(background=False)
 
-    def progress(self) -> dict:
-        return {"fast": self.fast.saves.take()} if self.fast is not None else {}
+    def progress(self, final: bool = False) -> dict:
+        """The progress line's ``fast`` field; ``final`` (the run's last line): nothing when no save came since."""
+        if self.fast is None or (final and self.fast.saves.n == 0):
+            return {}
+        return {"fast": self.fast.saves.take()}
 
     def choose(self) -> choice.Choice | None:
         """The fast tier's checkpoint to resume from when it is as new as the shared tier's or newer, else None

@@ -59,7 +59,7 @@ class TimelineWriter:
         self._ended = False
         self._last_step_t: float | None = None
         # more fields for each progress line (the fast tier's saves since the last one: run_guard)
-        self.progress_fields: Callable[[], dict] | None = None
+        self.progress_fields: Callable[..., dict] | None = None
         if self.file is not None and steps is not None:
             if not _at_exit_pid:
                 atexit.register(_note_exit)
@@ -109,6 +109,14 @@ class TimelineWriter:
             self._next_progress = now + self.every_s
             self.note("progress", step=step, **(self.progress_fields() if self.progress_fields else {}))
 
+    def _last_progress(self, step: int | None) -> None:
+        """The run is ending: what the progress fields gathered since the last progress line (the fast tier's saves
+        of the last seconds) gets a line of its own, or the report would never count it."""
+        if self.main and self.progress_fields is not None:
+            fields = self.progress_fields(final=True)
+            if fields:
+                self.note("progress", step=step, **fields)
+
     def signal(self, why: str) -> None:
         if not self._signalled:
             self._signalled = True
@@ -128,6 +136,10 @@ class TimelineWriter:
             step = int(self._steps())
         except Exception:  # noqa: BLE001 - a half-torn-down process still notes that it ended
             step = None
+        try:
+            self._last_progress(step)
+        except Exception:  # noqa: BLE001 - the ended line matters more
+            pass
         timeline.append(self.file, "ended", step=step, last_step_t=self._last_step_rounded(),
                         rank=os.environ.get("RANK"), **fields)
         if self.main and self._on_exit is not None:
@@ -135,6 +147,7 @@ class TimelineWriter:
 
     def finished(self, step: int) -> None:
         """end_training(): the work is done (its last optimizer step: where training ended)."""
+        self._last_progress(step)
         self.note("finished", step=step, last_step_t=self._last_step_rounded())
 
     def _last_step_rounded(self) -> float | None:
