@@ -40,3 +40,26 @@ def test_the_job_commands_refuse_bad_numbers_in_one_line(tmp_path, monkeypatch, 
                          text=True, timeout=30, check=False)  # a wait for ever fails here
     assert out.returncode == 2, out.stdout + out.stderr
     assert out.stderr.startswith(f"hpc: error: {said}") and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_the_latest_job_is_the_newest_whose_folder_is_left_and_a_gone_one_is_named(tmp_path, monkeypatch):
+    """A job's folder deleted (a temporary project, a cleaned-up run): `hpc status` with no id takes the newest
+    job still there, as `hpc list` does, and a job asked for by id whose folder is gone is named in one line."""
+    import shutil
+
+    from hpc.cluster import records
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    kept, gone = tmp_path / "kept", tmp_path / "gone"
+    for folder, job_id, at in ((kept, "41", 1.0), (gone, "42", 2.0)):
+        folder.mkdir(mode=0o700)
+        records.save(JobRecord(job_id=job_id, scheduler="slurm", profile="p", name="train", job_dir=str(folder),
+                               submitted_at=at, argv=[], workdir=str(tmp_path), script="job.sbatch"))
+    assert records.find(None).job_id == "42"
+    shutil.rmtree(gone)
+    assert records.find(None).job_id == "41"
+    with pytest.raises(HpcError, match=f"job 42's folder {gone} is gone"):
+        records.find("42")
+    shutil.rmtree(kept)
+    with pytest.raises(HpcError, match="the folders of all 2 recorded jobs are gone"):
+        records.find(None)
