@@ -54,7 +54,8 @@ def _straight_key(spec: dict) -> str:
 
 
 def start_straight_run(spec: dict, folder: Path) -> None:
-    """Start resume_worker.py's training `spec` straight through on 2 local ranks, in the background, in `folder`;
+    """Start resume_worker.py's training `spec` straight through on `spec["nproc"]` (2) local ranks, in the
+    background, in `folder`;
     unless this session has started it already: every test that compares with the same training (several do with
     DDP's 16 steps) shares one run, as each is ~12 s of CPU (two ranks importing torch) on a 2-core machine."""
     key = _straight_key(spec)
@@ -63,7 +64,8 @@ def start_straight_run(spec: dict, folder: Path) -> None:
     name = f"straight-{next(_STRAIGHT_NAMES)}"
     run = {**json.loads(key), "project": str(folder / name), "out": str(folder / f"{name}.pt")}
     with open(folder / f"{name}.stderr", "w") as err:  # a file, not a pipe no one reads until the run ends
-        proc = subprocess.Popen([sys.executable, "-m", "hpc", "launch", "--nproc", "2", str(RESUME_WORKER),
+        proc = subprocess.Popen([sys.executable, "-m", "hpc", "launch", "--nproc", str(spec.get("nproc", 2)),
+                                 str(RESUME_WORKER),
                                  json.dumps(run)], cwd=folder, env=launch_env(), stderr=err)
     _STRAIGHT[key] = [proc, Path(run["out"])]
 

@@ -16,7 +16,10 @@ then reads back (KEEP=folder keeps each job folder):
   ready      its `started` line: imports, the process group, the Accelerator
   trained    its first step, from the newest checkpoint (the worker's world-a0-r1 file)
   done       the job's end (COMPLETED), as `hpc wait` saw it
-All seconds from the kill. A killed node is revived after its run.
+  redone     steps trained twice (the worker's own step log: the last step before the kill, less the step the
+             next round resumed from)
+All seconds from the kill. --fast-tier turns on the checkpoint tier in node memory (every step, a copy on the next
+node). A killed node is revived after its run.
 """
 
 from __future__ import annotations
@@ -90,16 +93,18 @@ def _next_round(job_dir: str, killed: float) -> dict:
     return out
 
 
-def one_run(folder: Path, how: str, spares: int = 0, sleep: float = 0.2, save_every: int = 5) -> dict:
+def one_run(folder: Path, how: str, spares: int = 0, sleep: float = 0.2, save_every: int = 5,
+            fast_tier: bool = False) -> dict:
     shutil.copy(WORKER, folder)
     shutil.copy(WORKER.with_name("shape_worker.py"), folder)  # its sample log
     run = folder / "el"
     spec = {"project": str(run), "out": str(folder / "el.pt"), "epochs": 2, "save_every": save_every,
             "sleep": sleep, "sleep_until_killed": True}
     # spares are vetted nodes: vetting on (relative_speed 0: the nodes share this machine's CPUs)
-    (folder / "vetted.yaml").write_text("name: vetted\nextends: slurm-local\nvetting:\n  enabled: true\n"
-                                        "  relative_speed: 0\n")
-    proc = hpc(folder, "submit", "--json", "-p", "vetted.yaml" if spares else "slurm-local", "--launcher",
+    (folder / "bench.yaml").write_text("name: bench\nextends: slurm-local\n"
+                                       + ("vetting:\n  enabled: true\n  relative_speed: 0\n" if spares else "")
+                                       + ("fast_tier:\n  enabled: true\n" if fast_tier else ""))
+    proc = hpc(folder, "submit", "--json", "-p", "bench.yaml", "--launcher",
                "torchrun", "--nproc", "1", "--elastic", "1:2", "--max-restarts", "3", "--time", "5", "-J", "el",
                *(["--spare-nodes", str(spares)] if spares else []), "elastic_worker.py", "--", json.dumps(spec))
     if proc.returncode != 0:
@@ -119,13 +124,22 @@ def one_run(folder: Path, how: str, spares: int = 0, sleep: float = 0.2, save_ev
             shutil.copytree(info["job_dir"], KEEP / Path(info["job_dir"]).name, dirs_exist_ok=True)
         if waited.returncode != 0:
             raise SystemExit(f"job {info['job_id']} did not complete: see {info['job_dir']}/logs")
-        after = json.loads((run / f"world-a0-r{base + 1}").read_text())  # the first round after the kill
+        # the first round after the kill (named by rank 0's agent's restart count: 0 again where rank 0 is a spare's)
+        worlds = [json.loads(p.read_text()) for p in run.glob("world-a0-r*")]
+        after = next((w for w in worlds if w["trained_at"] > killed), None)
+        if after is None:
+            print(f"no round began after the kill (rounds: {worlds}); run left out", file=sys.stderr)
+            return None
+        rows = [(int(line.split()[1]), float(line.split()[2])) for line in (run / "steps").read_text().splitlines()]
+        # the new round's first step line (its world file is written just after it), and the line before it
+        first = max(i for i, (s, t) in enumerate(rows) if s == after["step"] and t <= after["trained_at"])
         logs = "".join(p.read_text(errors="replace") for p in Path(info["job_dir"], "logs").glob("node*"))
         nxt = _next_round(info["job_dir"], killed)
         return {"failed": _agent_failed_at(logs, killed) - killed,
                 "spawned": nxt["started"]["proc_start"] - killed if "started" in nxt else float("nan"),
                 "ready": nxt["started"]["t"] - killed if "started" in nxt else float("nan"),
                 "trained": after["trained_at"] - killed, "done": done - killed,
+                "redone": rows[first - 1][0] - (after["step"] - 1),
                 "world": after["world"], "hosts": ",".join(after["hosts"]), "victim": victim}
     finally:
         if how == "kill-node":
@@ -139,25 +153,31 @@ def main() -> None:
     parser.add_argument("--spare-nodes", type=int, default=0, help="hot spares (3 nodes: 1)")
     parser.add_argument("--sleep", type=float, default=0.2, help="seconds a step until the node goes")
     parser.add_argument("--save-every", type=int, default=5, help="a checkpoint every N steps")
+    parser.add_argument("--fast-tier", action="store_true", help="checkpoints in node memory every step too")
     args = parser.parse_args()
     rows = []
     for how in args.how:
         runs = []
         for _ in range(args.repeat):
             with tempfile.TemporaryDirectory(prefix="elastic-bench-") as tmp:
-                runs.append(one_run(Path(tmp), how, args.spare_nodes, args.sleep, args.save_every))
-                print(json.dumps(runs[-1]), file=sys.stderr)
+                one = one_run(Path(tmp), how, args.spare_nodes, args.sleep, args.save_every, args.fast_tier)
+                if one is not None:
+                    runs.append(one)
+                    print(json.dumps(one), file=sys.stderr)
         rows.append((how, runs))
-    keys = ("failed", "spawned", "ready", "trained", "done")
-    print(f"| node loss ({args.repeat} runs, {args.spare_nodes} spare(s); median [min-max] s after the kill) | "
+    keys = ("failed", "spawned", "ready", "trained", "done", "redone")
+    tier = ", fast tier" if args.fast_tier else ""
+    print(f"| node loss ({args.repeat} runs, {args.spare_nodes} spare(s){tier}; median [min-max] s after the kill) | "
           + " | ".join(keys) + " | world after |")
     print("|---|" + "---|" * (len(keys) + 1))
     for how, runs in rows:
         cells = []
         for key in keys:
             values = [r[key] for r in runs]
-            cells.append(f"{statistics.median(values):.1f} [{min(values):.1f}-{max(values):.1f}]")
-        print(f"| {how} | " + " | ".join(cells) + f" | {', '.join(sorted({str(r['world']) for r in runs}))} |")
+            fmt = "g" if key == "redone" else ".1f"
+            cells.append(f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]")
+        worlds = ", ".join(sorted({str(r["world"]) for r in runs}))
+        print(f"| {how} ({len(runs)} runs) | " + " | ".join(cells) + f" | {worlds} |")
 
 
 if __name__ == "__main__":

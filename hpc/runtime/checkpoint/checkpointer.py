@@ -379,6 +379,10 @@ class Checkpointer:
         folder = self._own_part_folder
         if folder is not None and f"rng/rank{self.rank}.pt" in data["files"]:  # saved together, by an earlier hpc
             return folder
+        own = manifest.read(folder) if folder is not None else None
+        if own is not None and own.get("format") == "part" and fileset.point(own) == fileset.point(data) \
+                and f"rng/rank{self.rank}.pt" in (own.get("files") or {}):
+            return folder  # the fast tier's folder of a rank not first on its node, checked as it was chosen
         if self.rank >= _saved_world(data, self.world):  # a rank new since the save: rank 0's note says so
             return None
         part = fileset.read_part(folder, self.rank) if folder is not None else None

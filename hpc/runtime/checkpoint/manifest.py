@@ -23,6 +23,9 @@ VERSION = 1
 # two equal). A manifest naming another was not written by hpc: it is damage, skipped for the checkpoint before
 # it, not a checkpoint of some other strategy that stops the job.
 FORMATS = ("full", "dcp", "deepspeed")
+# the fast tier's folder of a rank not first on its node: its random streams and readers only, the replicated state
+# being in its node's first rank's folder (tiers/fast_tier.py); never a checkpoint to load by itself
+PART = "part"
 _CHUNK = 8 << 20
 _CRC = re.compile(r"^[0-9a-f]{8}$")
 
@@ -96,8 +99,9 @@ def malformed(data: dict, folder: Path | None = None) -> str | None:
     for key in ("step", "micro_step", "world_size"):
         if problem is None and key in data and not (_is_int(data[key]) and data[key] >= 0):
             problem = f"its {key} is {data[key]!r}, not a count"
-    if problem is None and data.get("format") not in FORMATS:
-        problem = (f"its format is {data['format']!r}, not one hpc writes ({', '.join(FORMATS)})" if "format" in data
+    if problem is None and data.get("format") not in (*FORMATS, PART):
+        problem = (f"its format is {data['format']!r}, not one hpc writes ({', '.join(FORMATS)}, {PART})"
+                   if "format" in data
                    else "it names no format")
     loaders = data.get("loaders", [])
     if problem is None and not (isinstance(loaders, list) and all(

@@ -41,7 +41,8 @@ class FastSaves:
             self._say(f"fast tier off: {problems[0]}")
             return
         self.fast = FastTier(node, process.rank, process.world_size, process.env.local_world_size,
-                             checkpoints.training, checkpoints.precision, checkpoints.strategy, settings, job)
+                             checkpoints.training, checkpoints.precision, checkpoints.strategy, settings, job,
+                             local_rank=process.local_rank)
         self._drained_step, self._drained_at = 0, time.monotonic()
         if process.is_main_process:
             self.fast.drained = self._drained
@@ -113,7 +114,8 @@ class FastSaves:
             return None
         world, node = self.process.world_size, self.fast.node
         picked = choice.choose(node, self.fast.job, self.process.rank,
-                               lambda obj: collectives.gather_object_across(obj, world), world, self._fetch)
+                               lambda obj: collectives.gather_object_across(obj, world), world, self._fetch,
+                               self.process.local_rank)
         if picked is None:
             return None
         shared = self.checkpoints.checkpointer.store.committed() if self.process.is_main_process else None

@@ -197,7 +197,8 @@ class RunGuard:
         fast = self.fast_saves.choose()
         if fast is not None:
             folder, tier = fast.path, fast.tier
-            self.checkpoints.checkpointer._own_part_folder = folder  # this rank's own part lies in the same folder
+            # this rank's own part: in the same folder, or (a rank not first on its node) a folder of its own
+            self.checkpoints.checkpointer._own_part_folder = fast.part or folder
         else:
             folder, tier = self.checkpoints.checkpointer.choose(None), "shared"
         if folder is None:

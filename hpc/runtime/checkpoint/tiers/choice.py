@@ -26,17 +26,19 @@ from hpc.runtime.checkpoint.tiers.node_store import NodeStore
 @dataclass(frozen=True)
 class Held:
     step: int
-    kind: str  # "own" or "peer"
+    kind: str  # "own", "peer" (a copy the previous node sent as it saved), "fetched" (sent at this resume)
     saved_rank: int
     path: Path
     world: int
+    whole_in: int  # the saved rank whose folder holds the replicated state (this one's for a "full" folder)
 
 
 @dataclass(frozen=True)
 class Choice:
     step: int
-    path: Path  # this rank's folder
-    tier: str  # "node" when every rank reads a folder its own node wrote, "peer" when one reads a copy
+    path: Path  # the folder holding the replicated state: this rank's, or its node's first rank's
+    tier: str  # "node" when every rank reads folders its own node wrote, "peer" when one reads a copy
+    part: Path | None = None  # this rank's own folder (its random streams, its readers), where not ``path``
 
 
 def held(node: NodeStore, job: str) -> list[Held]:
@@ -46,10 +48,16 @@ def held(node: NodeStore, job: str) -> list[Held]:
         for entry in store.committed():
             data = entry.manifest
             if manifest.malformed(data, entry.path) or data.get("job") != job or data.get("uid") != node.uid \
-                    or data.get("rank") != saved_rank or data.get("format") != "full":
+                    or data.get("rank") != saved_rank or data.get("format") not in FORMATS:
                 continue
-            out.append(Held(entry.step, kind, saved_rank, entry.path, int(data.get("world_size", 0))))
+            whole_in = data.get("whole_in", saved_rank) if data["format"] == "part" else saved_rank
+            if not isinstance(whole_in, int) or isinstance(whole_in, bool):
+                continue
+            out.append(Held(entry.step, kind, saved_rank, entry.path, int(data.get("world_size", 0)), whole_in))
     return out
+
+
+FORMATS = ("full", manifest.PART)  # a folder with the replicated state, or a rank's own streams and readers only
 
 
 def _preference(rank: int):
@@ -76,7 +84,8 @@ def plan(offers: list[list[tuple[int, int]]]) -> tuple[int | None, list[tuple[in
     return None, []
 
 
-def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = None, fetch=None) -> Choice | None:
+def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = None, fetch=None,
+           local_rank: int = 0) -> Choice | None:
     """``gather(obj) -> list``: every rank's object (all ranks call this together). ``fetch(step, moves, folder_of)
     -> Path | None``: the transfers of ``plan`` (every rank calls it with the same moves; ``folder_of(saved_rank)``:
     this rank's checked folder of it to send, or None), returning the folder this rank received, if it needed one.
@@ -100,10 +109,28 @@ def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = Non
             received = fetch(step, moves, lambda saved: _checked(usable, refused, saved, rank, step))
             if any(needer == rank for _, needer, _ in moves):
                 pick = _received(received, step, rank, job, node.uid)
-        kinds = gather(pick.kind if pick is not None else None)
-        if all(k is not None for k in kinds):
-            return Choice(step, pick.path, "node" if all(k == "own" for k in kinds) else "peer")
+        if all(k is not None for k in gather(pick.kind if pick is not None else None)):
+            # every rank has its own folder on its node now: a part's replicated state is its node's first rank's
+            whole = pick if pick.whole_in == pick.saved_rank else _whole(node, job, world, refused, pick, rank,
+                                                                         local_rank)
+            kind = None if whole is None else "own" if pick.kind == whole.kind == "own" else "peer"
+            kinds = gather(kind)
+            if all(k is not None for k in kinds):
+                return Choice(step, whole.path, "node" if all(k == "own" for k in kinds) else "peer",
+                              part=pick.path if whole is not pick else None)
         usable = [h for h in usable if h.step != step]  # some rank has no good folder of this step: an older one
+
+
+def _whole(node: NodeStore, job: str, world: int | None, refused: set[Path], pick: Held, rank: int,
+           local_rank: int) -> Held | None:
+    """The folder with the replicated state that ``pick`` (a part) goes with, on this node: its node's first rank's.
+    Where that rank runs on this node now, it has checked (or fetched) its own folder: it is found, not read again
+    (a node of 8 ranks would check the whole state 8 times); else it is checked here."""
+    found = [h for h in held(node, job) if (world is None or h.world == world) and h.path not in refused]
+    if pick.whole_in == rank - local_rank:
+        return next((h for h in sorted(found, key=_preference(pick.whole_in))
+                     if h.step == pick.step and h.saved_rank == pick.whole_in), None)
+    return _checked(found, refused, pick.whole_in, rank, pick.step)
 
 
 def _checked(usable: list[Held], refused: set[Path], saved_rank: int, rank: int, step: int) -> Held | None:
@@ -124,9 +151,11 @@ def _received(folder: Path | None, step: int, rank: int, job: str, uid: int) -> 
     job's, this user's, this rank's, of the step agreed on."""
     data = manifest.read(folder) if folder is not None else None
     if data is None or manifest.malformed(data, folder) or data.get("job") != job or data.get("uid") != uid \
-            or data.get("rank") != rank or data.get("step") != step or data.get("format") != "full":
+            or data.get("rank") != rank or data.get("step") != step or data.get("format") not in FORMATS:
         if folder is not None:
             print(f"hpc: rank {rank}: the fast-tier checkpoint sent to {folder} is not this rank's of step {step}",
                   file=sys.stderr, flush=True)
         return None
-    return Held(step, "fetched", rank, folder, int(data.get("world_size", 0)))
+    whole_in = data.get("whole_in", rank) if data["format"] == "part" else rank
+    return Held(step, "fetched", rank, folder, int(data.get("world_size", 0)),
+                whole_in if isinstance(whole_in, int) and not isinstance(whole_in, bool) else rank)

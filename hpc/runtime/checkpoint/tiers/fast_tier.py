@@ -3,8 +3,10 @@
 On the training thread, at the first batch after a step (the step is over, scheduler and script included), the
 state is copied into reused host buffers (the only time the loop is held); a thread then writes the copy in the
 checkpointer's format (checksummed files, manifest.json last: checkpointer.py's commit rules), sends it to the
-peer node (replication.py) and purges the older ones. Every rank holds the whole replicated state (a DDP model is
-the same on every rank) and its own random streams and stream readers, so any one rank's folder resumes the run;
+peer node (replication.py) and purges the older ones. The replicated state (a DDP model is the same on every rank)
+is written once a node, by its first local rank, beside that rank's random streams and stream readers; every other
+rank's folder holds its own streams and readers only (format "part", naming the rank whose folder holds the rest),
+so a node of 8 ranks keeps one copy of the model and optimizer, not 8;
 a drain into the shared tier copies rank 0's folder and every other rank's streams and readers beside it;
 sharded state (FSDP, DeepSpeed) is not written to this tier (said once at the start).
 
@@ -54,8 +56,11 @@ class FastTier:
     a checkpoint records of the loop (TrainingCheckpoints' meta)."""
 
     def __init__(self, node: NodeStore, rank: int, world: int, local_world: int, training, precision, strategy,
-                 settings, job: str):
+                 settings, job: str, local_rank: int = 0):
         self.node, self.rank, self.world, self.local_world = node, rank, world, local_world
+        # the rank whose folder holds this node's copy of the replicated state: ranks are numbered node by node (as
+        # srun's block distribution and torchrun number them; replication's next-node rule assumes it too)
+        self.writer = rank - local_rank
         self.training, self.precision, self.strategy, self.settings = training, precision, strategy, settings
         self.job = job
         self.saves = Saves()
@@ -100,8 +105,8 @@ class FastTier:
             self._failed = (f"the fast tier {self.node.base} has {_size(free)} free, a save needs {_size(need)} "
                             "(out of node memory)")
             staged = None
-        meta = {**meta, "world_size": self.world, "format": "full", "rank": self.rank, "job": self.job,
-                "uid": self.node.uid}
+        meta = {**meta, "world_size": self.world, "format": "full" if self.whole else "part", "rank": self.rank,
+                "whole_in": self.writer, "job": self.job, "uid": self.node.uid}
         self._idle.clear()
         if self._thread is None:
             self._thread = threading.Thread(target=_serve, args=(weakref.ref(self), self._jobs), name="hpc-fast-tier",
@@ -114,15 +119,22 @@ class FastTier:
         self.saves.stall_s += stall
         return stall
 
+    @property
+    def whole(self) -> bool:
+        """Whether this rank writes the replicated state (its node's first local rank), or its own part only."""
+        return self.rank == self.writer
+
     def _stage(self) -> dict:
         """The state as the checkpointer names its files, copied where training cannot change it."""
         training, rank = self.training, self.rank
-        state = {f"model_{i}.pt": self.strategy.unwrap(m).state_dict() for i, m in enumerate(training.models)}
-        state.update({f"optimizer_{i}.pt": o.state_dict() for i, o in enumerate(training.optimizers)})
-        state.update({f"scheduler_{i}.pt": s.state_dict() for i, s in enumerate(training.schedulers)})
-        state.update({f"custom_{i}.pt": o.state_dict() for i, o in enumerate(training.custom_objects)})
-        if self.precision.scaler is not None:
-            state["scaler.pt"] = self.precision.scaler.state_dict()
+        state = {}
+        if self.whole:
+            state = {f"model_{i}.pt": self.strategy.unwrap(m).state_dict() for i, m in enumerate(training.models)}
+            state.update({f"optimizer_{i}.pt": o.state_dict() for i, o in enumerate(training.optimizers)})
+            state.update({f"scheduler_{i}.pt": s.state_dict() for i, s in enumerate(training.schedulers)})
+            state.update({f"custom_{i}.pt": o.state_dict() for i, o in enumerate(training.custom_objects)})
+            if self.precision.scaler is not None:
+                state["scaler.pt"] = self.precision.scaler.state_dict()
         state[f"rng/rank{rank}.pt"] = rng_state()
         readers = [dl.state_dict().get("reader") for dl in training.loaders]
         if any(r is not None for r in readers):
