@@ -38,7 +38,7 @@ def _fast_tier(prof, results, est, formats) -> dict | None:
         return None
     ddp = next((r for r in results if r.strategy == "ddp"), None) or est.estimate(results[0].params // 2 or 1, "ddp")
     ranks = prof.gpus_per_node or prof.tasks_per_node or 1
-    need = est.fast_tier_bytes(ddp, ranks, prof.fast_tier.replicas)
+    need = est.fast_tier_bytes(ddp, prof.fast_tier.replicas)
     mem = int(formats.parse_memory(prof.mem) * 2**20) if prof.mem else None
     return {"bytes_per_node": need, "node_memory_bytes": mem,
             "fits": None if mem is None else need + ddp.host * ranks <= mem}

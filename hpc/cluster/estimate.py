@@ -165,10 +165,11 @@ def estimate(num_params: int, strategy: str, *, precision: str = "no", world_siz
 FAST_TIER_FOLDERS = 3
 
 
-def fast_tier_bytes(estimate: Estimate, ranks_per_node: int, replicas: int) -> int:
-    """Node memory the fast tier takes on each node: every rank writes the whole replicated state (weights and
-    optimizer state; DDP) into node memory, and keeps the previous node's ranks' copies besides."""
-    return (estimate.params + estimate.optimizer) * ranks_per_node * replicas * FAST_TIER_FOLDERS
+def fast_tier_bytes(estimate: Estimate, replicas: int) -> int:
+    """Node memory the fast tier takes on each node: the node's first rank writes the replicated state (weights and
+    optimizer state; DDP) into node memory once for the node (the other ranks their random streams and readers, a
+    few KiB), and the node keeps the previous node's copy besides."""
+    return (estimate.params + estimate.optimizer) * replicas * FAST_TIER_FOLDERS
 
 
 def cheapest_fit(estimates: list[Estimate], capacity: int) -> Estimate | None:
