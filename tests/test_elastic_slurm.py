@@ -119,7 +119,8 @@ def test_a_hot_spare_takes_a_lost_nodes_place_and_is_sent_its_fast_tier_folder(s
     logs = hpc(tmp_path, "logs", "--all", info["job_id"], check=True).stdout
     assert proc.returncode == 0 and "COMPLETED" in proc.stdout, proc.stdout + logs[-4000:]
     # the round after the kill (named by rank 0's agent's restart count: 0 again when rank 0 is the spare's)
-    after = next(w for w in (_whole(p, json.loads) for p in run.glob("world-a0-r*")) if w["trained_at"] > killed)
+    after = min((w for w in (_whole(p, json.loads) for p in run.glob("world-a0-r*")) if w["trained_at"] > killed),
+                key=lambda w: w["trained_at"])
     assert after["world"] == 2 and victim not in after["hosts"], after
     assert "the peer tier)" in logs, logs[-4000:]
     steps = [int(line.split()[1]) for line in (run / "steps").read_text().splitlines()]

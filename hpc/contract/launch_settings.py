@@ -68,6 +68,10 @@ class FastTier(ReprByFields):
     replicas: int = checked(checks.fast_tier_replicas, default=2)
     drain_steps: int = checked(checks.non_negative, default=0)
     drain_minutes: float = checked(checks.non_negative_number, default=0.0)
+    # copy the weights and optimizer state beside the next forward and backward (the optimizer's step waits for it)
+    # instead of holding the loop for it; a script that changes weights in place before the step through .data
+    # would go unseen (tiers/deferred_copy.py), hence off unless asked for
+    overlap_copy: bool = False
 
 
 # hpc's defaults for torchrun's c10d rendezvous (torch's own: join 600, last call 30, keep-alive 5 s x 3): a lost

@@ -125,7 +125,7 @@ def one_run(folder: Path, how: str, spares: int = 0, sleep: float = 0.2, save_ev
         if waited.returncode != 0:
             raise SystemExit(f"job {info['job_id']} did not complete: see {info['job_dir']}/logs")
         # the first round after the kill (named by rank 0's agent's restart count: 0 again where rank 0 is a spare's)
-        worlds = [json.loads(p.read_text()) for p in run.glob("world-a0-r*")]
+        worlds = sorted((json.loads(p.read_text()) for p in run.glob("world-a0-r*")), key=lambda w: w["trained_at"])
         after = next((w for w in worlds if w["trained_at"] > killed), None)
         if after is None:
             print(f"no round began after the kill (rounds: {worlds}); run left out", file=sys.stderr)

@@ -12,6 +12,9 @@ Per size, the median over the saves after the first (which allocates the staging
   % of step  stall against a step of --step seconds (the issue's bound: 2 %)
   write      the background write + checksum + commit into the tier, GB/s (replicas 1)
   replicate  write + the copy sent to the peer and committed there, GB/s of the rank's state (replicas 2)
+``--overlap F``: the profile's fast_tier.overlap_copy; after each save the loop's forward and backward stand as a
+wait of F x --step seconds (a GPU's compute leaves the CPU free), then the optimizer's step, whose pre-hook waits
+for the copy: the stall is the save's return plus that wait.
 """
 
 from __future__ import annotations
@@ -58,14 +61,20 @@ def one_rank(rank: int, args, port: int, results) -> None:
             base = Path(tempfile.mkdtemp(prefix=f"fast-bench-r{rank}-", dir=args.dir))
             node = NodeStore(base, f"bench{replicas}")
             node.open()
-            tier = FastTier(node, rank, world, 1, TrainingState(models=[model]), types.SimpleNamespace(scaler=None),
-                            types.SimpleNamespace(unwrap=lambda m: m), Settings(enabled=True, replicas=replicas),
+            opt = torch.optim.SGD(model.parameters(), lr=0.0)
+            tier = FastTier(node, rank, world, 1, TrainingState(models=[model], optimizers=[opt]),
+                            types.SimpleNamespace(scaler=None), types.SimpleNamespace(unwrap=lambda m: m),
+                            Settings(enabled=True, replicas=replicas, overlap_copy=args.overlap > 0),
                             f"bench{replicas}")
             stalls, background = [], []
             for step in range(1, args.saves + 1):
                 dist.barrier()
                 stalls.append(tier.save(step, {"step": step, "micro_step": step, "strategy": "ddp",
                                                "loaders": []}))
+                if args.overlap:
+                    time.sleep(args.overlap * args.step)  # the next forward and backward
+                    opt.step()  # waits in its pre-hook for the copy, if it has not landed
+                    stalls[-1] += tier._deferred.take_waited()
                 started = time.monotonic()
                 tier.wait()
                 background.append(time.monotonic() - started + stalls[-1])
@@ -89,6 +98,8 @@ def main() -> None:
     parser.add_argument("--dir", default="/dev/shm")
     parser.add_argument("--step", type=float, default=1.0, help="a training step's seconds, for the %% column")
     parser.add_argument("--ranks", type=int, choices=(1, 2), default=2)
+    parser.add_argument("--overlap", type=float, default=0.0,
+                        help="overlap_copy on; the forward and backward take this share of --step")
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -104,7 +115,8 @@ def main() -> None:
     by = {(r[0], r[2]): r for r in rows}
     device = "cuda" if torch.cuda.is_available() else "cpu"
     print(f"fast-tier save, {args.ranks} rank(s) on {socket.gethostname()} ({device}, {os.cpu_count()} CPUs), "
-          f"tier {args.dir}, median of saves 2..{args.saves}")
+          f"tier {args.dir}, median of saves 2..{args.saves}"
+          + (f", copy overlapped with a {args.overlap * args.step:g} s forward and backward" if args.overlap else ""))
     print(f"| state per rank | stall (s) | % of a {args.step:g} s step | write GB/s | write+replicate GB/s |")
     print("|---|---|---|---|---|")
     for text in args.sizes:

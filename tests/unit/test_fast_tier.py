@@ -4,6 +4,7 @@ and a shared-tier save, and the folder goes at the run's end. Two ranks resuming
 tests/test_fast_tier_slurm.py; a requeue reading it: tests/test_checkpoint.py's local requeue."""
 
 import os
+import threading
 import types
 
 import pytest
@@ -108,6 +109,61 @@ def test_the_resume_plan_fetches_each_missing_folder_from_the_lowest_rank_holdin
     assert choice.plan(offers) == (5, [(3, 2, 2)])
     assert choice.plan([[(0, 1)], []]) == (None, [])  # rank 1's folder is held nowhere
     assert choice.plan([[], []]) == (None, [])
+
+
+def _overlapping(base) -> tuple[FastTier, torch.nn.Linear, torch.optim.Optimizer, threading.Event]:
+    """A tier with overlap_copy on whose writer thread lands the deferred copy only once the returned gate is set."""
+    node = NodeStore(base, "41")
+    node.open()
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    model(torch.ones(1, 4)).sum().backward()
+    opt.step()  # momentum buffers: optimizer state to defer as well
+    tier = FastTier(node, 0, 1, 1, TrainingState(models=[model], optimizers=[opt]), types.SimpleNamespace(scaler=None),
+                    types.SimpleNamespace(unwrap=lambda m: m),
+                    FastTierSettings(enabled=True, overlap_copy=True), "41")
+    gate, land = threading.Event(), tier._deferred.land
+    tier._deferred.land = lambda: (gate.wait(10), land())[1]
+    return tier, model, opt, gate
+
+
+def test_an_overlapped_copy_lets_forward_and_backward_run_and_holds_the_optimizer_step_until_it_landed(tmp_path):
+    tier, model, opt, gate = _overlapping(tmp_path)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    momentum = opt.state[model.weight]["momentum_buffer"].clone()
+    tier.save(1, _meta(1))
+    model(torch.ones(1, 4)).sum().backward()  # the next step's forward and backward: the copy is not waited for
+    stepped = threading.Thread(target=opt.step)
+    stepped.start()
+    stepped.join(0.3)
+    assert stepped.is_alive()  # the step waits in its pre-hook
+    gate.set()
+    stepped.join(10)
+    tier.wait()
+    folder = tier.node.store("own", 0).step_dir(1)
+    saved = torch.load(folder / "model_0.pt", weights_only=True)
+    assert all(torch.equal(saved[k], before[k]) for k in before) and not torch.equal(model.weight, before["weight"])
+    saved_opt = torch.load(folder / "optimizer_0.pt", weights_only=True)
+    assert torch.equal(saved_opt["state"][0]["momentum_buffer"], momentum)
+    assert tier.take_saves()["stall_s"] >= 0.2  # the step's wait counts as the save's stall
+
+
+def test_a_weight_changed_in_place_before_the_copy_landed_drops_that_save_and_copies_at_once_after(tmp_path, capsys):
+    tier, model, opt, gate = _overlapping(tmp_path)
+    tier.save(1, _meta(1))
+    with torch.no_grad():
+        model.weight.mul_(0.5)  # an EMA-like update of the trained weights ahead of the optimizer step
+    gate.set()
+    tier.wait()
+    assert not tier.node.store("own", 0).step_dir(1).exists()
+    assert "the fast tier's save of step 1 is dropped: 1 tensor(s)" in capsys.readouterr().err
+    tier.save(2, _meta(2))  # copied on the training thread now: a change after it is no harm
+    with torch.no_grad():
+        copy = model.weight.clone()
+        model.weight.mul_(0.5)
+    tier.wait()
+    saved = torch.load(tier.node.store("own", 0).step_dir(2) / "model_0.pt", weights_only=True)
+    assert torch.equal(saved["weight"], copy)
 
 
 def test_another_jobs_or_users_checkpoints_are_never_read_and_a_gone_jobs_folder_is_swept(tmp_path):

@@ -41,23 +41,26 @@ class StagingBuffers:
     def __init__(self):
         self._buffers: dict[str, torch.Tensor] = {}
 
-    def copy(self, obj, key: str = ""):
-        """A snapshot that training cannot change: tensors copied to host memory, containers rebuilt."""
+    def copy(self, obj, key: str = "", later=None):
+        """A snapshot that training cannot change: tensors copied to host memory, containers rebuilt.
+        ``later(tensor, buffer) -> bool``: True where the copy into the buffer is left to the caller."""
         if isinstance(obj, torch.Tensor):
-            return self._tensor(obj.detach(), key)
+            return self._tensor(obj.detach(), key, later)
         if isinstance(obj, dict):
-            return {k: self.copy(v, f"{key}/{k}") for k, v in obj.items()}
+            return {k: self.copy(v, f"{key}/{k}", later) for k, v in obj.items()}
         if isinstance(obj, (list, tuple)):
-            return type(obj)(self.copy(v, f"{key}/{i}") for i, v in enumerate(obj))
+            return type(obj)(self.copy(v, f"{key}/{i}", later) for i, v in enumerate(obj))
         return obj
 
-    def _tensor(self, t: torch.Tensor, key: str) -> torch.Tensor:
+    def _tensor(self, t: torch.Tensor, key: str, later=None) -> torch.Tensor:
         if t.layout != torch.strided or t.is_sparse or type(t) is not torch.Tensor:  # DTensors and the like
             return t.to("cpu", copy=True)
         buf = self._buffers.get(key)
         if buf is None or buf.shape != t.shape or buf.dtype != t.dtype:
             buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=t.is_cuda)
             self._buffers[key] = buf
+        if later is not None and later(t, buf):
+            return buf
         buf.copy_(t, non_blocking=t.is_cuda)
         return buf
 

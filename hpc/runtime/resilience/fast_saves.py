@@ -105,7 +105,7 @@ class FastSaves:
         """The progress line's ``fast`` field; ``final`` (the run's last line): nothing when no save came since."""
         if self.fast is None or (final and self.fast.saves.n == 0):
             return {}
-        return {"fast": self.fast.saves.take()}
+        return {"fast": self.fast.take_saves()}
 
     def choose(self) -> choice.Choice | None:
         """The fast tier's checkpoint to resume from when it is as new as the shared tier's or newer, else None

@@ -31,6 +31,7 @@ from pathlib import Path
 from hpc.runtime.checkpoint import fileset, manifest
 from hpc.runtime.checkpoint.fileset import FileSet
 from hpc.runtime.checkpoint.formats import StagingBuffers
+from hpc.runtime.checkpoint.tiers.deferred_copy import DeferredCopy
 from hpc.runtime.checkpoint.tiers.node_store import NodeStore
 from hpc.runtime.checkpoint.tiers.replication import Replication
 from hpc.runtime.process.seed import rng_state
@@ -69,6 +70,8 @@ class FastTier:
         self.replication: Replication | None = None
         self._replication_made = False
         self._staging = StagingBuffers()
+        self._deferred = DeferredCopy()  # the weights' and optimizer state's copy, beside the next forward
+        self._deferred.on = bool(getattr(settings, "overlap_copy", False))
         # one writer thread for the run, fed a save at a time: starting a thread per save costs the loop a wait
         # for it to be scheduled (tens of ms on a loaded node)
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -139,9 +142,20 @@ class FastTier:
         readers = [dl.state_dict().get("reader") for dl in training.loaders]
         if any(r is not None for r in readers):
             state[f"loaders/rank{rank}.pt"] = readers
-        staged = self._staging.copy(state, "fast")
+        deferred = self._deferred
+        sources = deferred.sources([self.strategy.unwrap(m) for m in training.models],
+                                   training.optimizers) if self.whole else set()
+        later = (lambda t, buf: t.data_ptr() in sources and (deferred.defer(t, buf) or True)) if sources else None
+        staged = self._staging.copy(state, "fast", later)
         self._staging.synchronize()
+        if sources:
+            deferred.guard(training.optimizers)
         return staged
+
+    def take_saves(self) -> dict:
+        """The saves since the last progress line, the loop's waits for deferred copies counted in their stall."""
+        self.saves.stall_s += self._deferred.take_waited()
+        return self.saves.take()
 
     def _write(self, step: int, staged: dict | None, meta: dict, drain_into: Path | None = None) -> None:
         try:
@@ -151,6 +165,12 @@ class FastTier:
 
     def _write_and_send(self, step: int, staged: dict | None, meta: dict, drain_into: Path | None) -> None:
         folder = None
+        changed = self._deferred.land()
+        if changed is not None:
+            self._deferred.on = False
+            staged = None
+            print(f"hpc: rank {self.rank}: the fast tier's save of step {step} is dropped: {changed}; "
+                  "its copies are taken on the training thread from now on", file=sys.stderr, flush=True)
         if staged is not None:
             folder = self._commit(step, staged, meta)
         drained = self.rank == 0 and folder is not None and drain_into is not None and self._drain(folder, drain_into)
