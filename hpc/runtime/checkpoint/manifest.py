@@ -26,6 +26,7 @@ FORMATS = ("full", "dcp", "deepspeed")
 # the fast tier's folder of a rank not first on its node: its random streams and readers only, the replicated state
 # being in its node's first rank's folder (tiers/fast_tier.py); never a checkpoint to load by itself
 PART = "part"
+FAST_TIER_FORMATS = ("full", PART)  # what a fast-tier folder may hold (checked with formats=)
 _CHUNK = 8 << 20
 _CRC = re.compile(r"^[0-9a-f]{8}$")
 
@@ -90,7 +91,7 @@ def files_problem(files) -> str | None:
     return next((p for name, want in files.items() if (p := _entry_problem(name, want))), None)
 
 
-def malformed(data: dict, folder: Path | None = None) -> str | None:
+def malformed(data: dict, folder: Path | None = None, formats: tuple[str, ...] = FORMATS) -> str | None:
     """None when a manifest's shape is what hpc writes; else one line saying what is wrong."""
     if "not_an_object" in data:
         problem = f"it is a JSON {data['not_an_object']}, not an object"
@@ -99,9 +100,8 @@ def malformed(data: dict, folder: Path | None = None) -> str | None:
     for key in ("step", "micro_step", "world_size"):
         if problem is None and key in data and not (_is_int(data[key]) and data[key] >= 0):
             problem = f"its {key} is {data[key]!r}, not a count"
-    if problem is None and data.get("format") not in (*FORMATS, PART):
-        problem = (f"its format is {data['format']!r}, not one hpc writes ({', '.join(FORMATS)}, {PART})"
-                   if "format" in data
+    if problem is None and data.get("format") not in formats:
+        problem = (f"its format is {data['format']!r}, not one hpc writes ({', '.join(formats)})" if "format" in data
                    else "it names no format")
     loaders = data.get("loaders", [])
     if problem is None and not (isinstance(loaders, list) and all(
@@ -115,11 +115,11 @@ def malformed(data: dict, folder: Path | None = None) -> str | None:
     return f"{where} is malformed: {problem}"
 
 
-def check(folder: Path, data: dict | None) -> str | None:
+def check(folder: Path, data: dict | None, formats: tuple[str, ...] = FORMATS) -> str | None:
     """None when ``folder`` is a well-formed commit whose every file matches; else what is wrong, in one line."""
     if data is None:
         return f"{folder}: no {NAME} (the save never finished)"
-    return malformed(data, folder) or verify(folder, data["files"])
+    return malformed(data, folder, formats) or verify(folder, data["files"])
 
 
 def _check(folder: Path, name: str, want: dict) -> str | None:

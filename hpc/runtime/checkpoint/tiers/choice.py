@@ -47,7 +47,7 @@ def held(node: NodeStore, job: str) -> list[Held]:
     for kind, saved_rank, store in node.holdings():
         for entry in store.committed():
             data = entry.manifest
-            if manifest.malformed(data, entry.path) or data.get("job") != job or data.get("uid") != node.uid \
+            if manifest.malformed(data, entry.path, FORMATS) or data.get("job") != job or data.get("uid") != node.uid \
                     or data.get("rank") != saved_rank or data.get("format") not in FORMATS:
                 continue
             whole_in = data.get("whole_in", saved_rank) if data["format"] == "part" else saved_rank
@@ -57,7 +57,7 @@ def held(node: NodeStore, job: str) -> list[Held]:
     return out
 
 
-FORMATS = ("full", manifest.PART)  # a folder with the replicated state, or a rank's own streams and readers only
+FORMATS = manifest.FAST_TIER_FORMATS  # a folder with the replicated state, or a rank's own streams and readers only
 
 
 def _preference(rank: int):
@@ -138,7 +138,7 @@ def _checked(usable: list[Held], refused: set[Path], saved_rank: int, rank: int,
     or None; a damaged one is refused with a line."""
     for h in sorted((h for h in usable if h.step == step and h.saved_rank == saved_rank and h.path not in refused),
                     key=_preference(rank)):
-        problem = manifest.check(h.path, manifest.read(h.path))
+        problem = manifest.check(h.path, manifest.read(h.path), FORMATS)
         if problem is None:
             return h
         refused.add(h.path)
@@ -150,7 +150,7 @@ def _received(folder: Path | None, step: int, rank: int, job: str, uid: int) -> 
     """The folder another rank sent, committed here under its manifest (checksums checked on arrival): this
     job's, this user's, this rank's, of the step agreed on."""
     data = manifest.read(folder) if folder is not None else None
-    if data is None or manifest.malformed(data, folder) or data.get("job") != job or data.get("uid") != uid \
+    if data is None or manifest.malformed(data, folder, FORMATS) or data.get("job") != job or data.get("uid") != uid \
             or data.get("rank") != rank or data.get("step") != step or data.get("format") not in FORMATS:
         if folder is not None:
             print(f"hpc: rank {rank}: the fast-tier checkpoint sent to {folder} is not this rank's of step {step}",
