@@ -31,6 +31,7 @@ from pathlib import Path
 from hpc.runtime.checkpoint import fileset, manifest
 from hpc.runtime.checkpoint.fileset import FileSet
 from hpc.runtime.checkpoint.formats import StagingBuffers
+from hpc.runtime.checkpoint.tiers import memory_headroom
 from hpc.runtime.checkpoint.tiers.deferred_copy import DeferredCopy
 from hpc.runtime.checkpoint.tiers.node_store import NodeStore
 from hpc.runtime.checkpoint.tiers.replication import Replication
@@ -104,9 +105,15 @@ class FastTier:
         # this rank's folder and the copy of the previous node's rank it keeps (each about as big)
         need = _bytes(staged) * (2 if self.copies else 1)
         free = self.node.free_bytes()  # the oldest kept folder goes only once this one has committed
+        room = memory_headroom.headroom()  # tmpfs pages count against the job's memory limit
         if need > free:
             self._failed = (f"the fast tier {self.node.base} has {_size(free)} free, a save needs {_size(need)} "
                             "(out of node memory)")
+            staged = None
+        elif room is not None and need + HEADROOM_KEPT > room:
+            self._failed = (f"the job's memory limit leaves {_size(max(room, 0))}, a save needs {_size(need)} and "
+                            f"training {_size(HEADROOM_KEPT)} beside it (tmpfs pages count against the limit: "
+                            "the kernel would kill the job)")
             staged = None
         meta = {**meta, "world_size": self.world, "format": "full" if self.whole else "part", "rank": self.rank,
                 "whole_in": self.writer, "job": self.job, "uid": self.node.uid}
@@ -303,6 +310,7 @@ def _serve(tier_ref, jobs: queue.SimpleQueue) -> None:
 # because a node died) the peer is likely gone and the survivors' restart waits on this exit: a second at most. A
 # save cut short is never read: its manifest is written last.
 _tiers: weakref.WeakSet = weakref.WeakSet()
+HEADROOM_KEPT = 256 << 20  # what training keeps of the job's memory limit beside a save (its next step's growth)
 EXIT_WAIT_S = 5.0
 EXIT_WAIT_AFTER_ERROR_S = 1.0
 
