@@ -166,6 +166,32 @@ def test_a_weight_changed_in_place_before_the_copy_landed_drops_that_save_and_co
     assert torch.equal(saved["weight"], copy)
 
 
+def test_an_optimizer_outliving_its_tier_steps_as_before(tmp_path):
+    tier, model, opt, gate = _overlapping(tmp_path)
+    gate.set()
+    tier.save(1, _meta(1))
+    tier.wait()
+    tier.close(remove=True)
+    del tier
+    opt.step()  # its pre-hook is gone with the tier (one returning a value would make torch raise here)
+
+
+def test_a_save_that_raises_on_the_writer_thread_falls_back_and_the_writer_serves_on(tmp_path, monkeypatch):
+    tier = _tier(tmp_path)
+    from hpc.runtime.checkpoint.fileset import FileSet
+
+    save = FileSet.save
+    monkeypatch.setattr(FileSet, "save", lambda self, name, obj: (_ for _ in ()).throw(TypeError("cannot pickle")))
+    tier.save(1, _meta(1))
+    tier.wait(10)
+    assert tier.fallback_due and "TypeError: cannot pickle" in tier.fallback_due
+    monkeypatch.setattr(FileSet, "save", save)
+    tier.fallback_due, tier._failed, tier._last_step = None, None, None
+    tier.save(2, _meta(2))
+    tier.wait(10)
+    assert tier.node.store("own", 0).step_dir(2).joinpath("manifest.json").exists()
+
+
 def test_another_jobs_or_users_checkpoints_are_never_read_and_a_gone_jobs_folder_is_swept(tmp_path):
     old = _tier(tmp_path, job="40")
     old.save(3, _meta(3))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hpc.errors import HpcError
 from hpc.runtime.checkpoint.tiers import choice, replication
-from hpc.runtime.checkpoint.tiers.fast_tier import EXIT_WAIT_S, FastTier
+from hpc.runtime.checkpoint.tiers.fast_tier import EXIT_WAIT_S, FastTier, drop
 from hpc.runtime.checkpoint.tiers.node_store import NodeStore, job_key, slurm_running
 from hpc.runtime.process import collectives
 from hpc.runtime.process.process_state import ProcessState
@@ -23,6 +23,7 @@ class FastSaves:
         self.process, self.checkpoints = process, checkpoints
         self.fast: FastTier | None = None
         self.on_drained: Callable[[int, Path], None] | None = None  # the run guard's note of a drained step
+        self._fetch_group = None
         settings = checkpoints.options.fast_tier
         if settings is None or not in_job:
             return
@@ -114,8 +115,7 @@ class FastSaves:
             return None
         world, node = self.process.world_size, self.fast.node
         picked = choice.choose(node, self.fast.job, self.process.rank,
-                               lambda obj: collectives.gather_object_across(obj, world), world, self._fetch,
-                               self.process.local_rank)
+                               lambda obj: collectives.gather_object_across(obj, world), world, self._fetch)
         if picked is None:
             return None
         shared = self.checkpoints.checkpointer.store.committed() if self.process.is_main_process else None
@@ -126,8 +126,35 @@ class FastSaves:
         """A resume's transfers of fast-tier folders between ranks (every rank, the same moves): what this rank
         received, committed as a peer copy on its node."""
         node = self.fast.node
-        return replication.transfer(replication.make_group(), self.process.rank, moves, folder_of,
-                                    lambda s: node.store("peer", self.process.rank).step_dir(s))
+        if self._fetch_group is None:  # one group for the resume's rounds (every rank makes it at the same call)
+            self._fetch_group = replication.make_group()
+        try:
+            return replication.transfer(self._fetch_group, self.process.rank, moves, folder_of,
+                                        lambda s: node.store("peer", self.process.rank).step_dir(s))
+        except Exception as e:  # noqa: BLE001 - a holder gone, the group's timeout: this step is not read
+            print(f"hpc: rank {self.process.rank}: fetching fast-tier folders of step {step} failed: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            return None
+
+    def settle(self, step: int) -> None:
+        """After a resume at ``step`` (0: none), every rank done loading: this node keeps what the run goes on
+        from, its own ranks' folders and the copies of the previous node's ranks, none later than ``step``. A later
+        one belongs to a run history left behind (a damaged newer folder must not let an older trajectory's be
+        chosen next time); a copy of one of this node's own ranks (sent at this resume, or left by another layout of
+        ranks) is no copy another node's loss could need, and only takes memory."""
+        fast = self.fast
+        if fast is None:
+            return
+        self.process.barrier()
+        if not self.process.is_local_main_process:
+            return
+        mine = set(range(fast.writer, fast.writer + fast.local_world))
+        sources = {(r - fast.local_world) % fast.world for r in mine} if fast.world > fast.local_world else set()
+        for kind, saved, store in fast.node.holdings():
+            keep = saved in (mine if kind == "own" else sources)
+            for entry in store.entries():
+                if not keep or entry.step > step:
+                    drop(entry.path)
 
     def close(self, remove: bool) -> None:
         """The run is over; ``remove`` (not a requeue): the node's copy goes once every rank is done with it."""

@@ -202,11 +202,13 @@ class RunGuard:
         else:
             folder, tier = self.checkpoints.checkpointer.choose(None), "shared"
         if folder is None:
+            self.fast_saves.settle(0)
             return None
         started = time.monotonic()
         info = self._restore(folder, mid_epoch=True, tier=tier)
         self.timeline.note("resumed", step=self.training.completed_steps, load_s=round(time.monotonic() - started, 3),
                            tier=tier, folder=str(folder))
+        self.fast_saves.settle(self.training.completed_steps)  # what the node keeps from here on
         return info
 
     def _restore(self, folder: Path, mid_epoch: bool, tier: str | None = None) -> ResumeInfo:

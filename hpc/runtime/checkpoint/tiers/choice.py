@@ -15,6 +15,7 @@ else, or with no common step, the shared tier.
 
 from __future__ import annotations
 
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,8 +51,9 @@ def held(node: NodeStore, job: str) -> list[Held]:
             if manifest.malformed(data, entry.path, FORMATS) or data.get("job") != job or data.get("uid") != node.uid \
                     or data.get("rank") != saved_rank or data.get("format") not in FORMATS:
                 continue
-            whole_in = data.get("whole_in", saved_rank) if data["format"] == "part" else saved_rank
-            if not isinstance(whole_in, int) or isinstance(whole_in, bool):
+            whole_in = data.get("whole_in") if data["format"] == manifest.PART else saved_rank
+            if not isinstance(whole_in, int) or isinstance(whole_in, bool) or (
+                    data["format"] == manifest.PART and whole_in == saved_rank):
                 continue
             out.append(Held(entry.step, kind, saved_rank, entry.path, int(data.get("world_size", 0)), whole_in))
     return out
@@ -84,8 +86,7 @@ def plan(offers: list[list[tuple[int, int]]]) -> tuple[int | None, list[tuple[in
     return None, []
 
 
-def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = None, fetch=None,
-           local_rank: int = 0) -> Choice | None:
+def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = None, fetch=None) -> Choice | None:
     """``gather(obj) -> list``: every rank's object (all ranks call this together). ``fetch(step, moves, folder_of)
     -> Path | None``: the transfers of ``plan`` (every rank calls it with the same moves; ``folder_of(saved_rank)``:
     this rank's checked folder of it to send, or None), returning the folder this rank received, if it needed one.
@@ -109,10 +110,10 @@ def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = Non
             received = fetch(step, moves, lambda saved: _checked(usable, refused, saved, rank, step))
             if any(needer == rank for _, needer, _ in moves):
                 pick = _received(received, step, rank, job, node.uid)
-        if all(k is not None for k in gather(pick.kind if pick is not None else None)):
+        picks = gather((pick.kind, str(pick.path), socket.gethostname()) if pick is not None else None)
+        if all(p is not None for p in picks):
             # every rank has its own folder on its node now: a part's replicated state is its node's first rank's
-            whole = pick if pick.whole_in == pick.saved_rank else _whole(node, job, world, refused, pick, rank,
-                                                                         local_rank)
+            whole = pick if pick.whole_in == pick.saved_rank else _whole(node, job, world, refused, pick, rank, picks)
             kind = None if whole is None else "own" if pick.kind == whole.kind == "own" else "peer"
             kinds = gather(kind)
             if all(k is not None for k in kinds):
@@ -122,15 +123,15 @@ def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = Non
 
 
 def _whole(node: NodeStore, job: str, world: int | None, refused: set[Path], pick: Held, rank: int,
-           local_rank: int) -> Held | None:
-    """The folder with the replicated state that ``pick`` (a part) goes with, on this node: its node's first rank's.
-    Where that rank runs on this node now, it has checked (or fetched) its own folder: it is found, not read again
-    (a node of 8 ranks would check the whole state 8 times); else it is checked here."""
+           picks: list) -> Held | None:
+    """The folder with the replicated state that ``pick`` (a part) goes with, on this node. Where the rank that
+    saved it runs on this node now, the very folder it checked (or was sent) is taken, not read again (a node of 8
+    ranks would check the whole state 8 times); else this node's copy of it, checked here."""
+    w = pick.whole_in
+    if 0 <= w < len(picks) and picks[w][2] == socket.gethostname():
+        return Held(pick.step, picks[w][0], w, Path(picks[w][1]), pick.world, w)
     found = [h for h in held(node, job) if (world is None or h.world == world) and h.path not in refused]
-    if pick.whole_in == rank - local_rank:
-        return next((h for h in sorted(found, key=_preference(pick.whole_in))
-                     if h.step == pick.step and h.saved_rank == pick.whole_in), None)
-    return _checked(found, refused, pick.whole_in, rank, pick.step)
+    return _checked(found, refused, w, rank, pick.step)
 
 
 def _checked(usable: list[Held], refused: set[Path], saved_rank: int, rank: int, step: int) -> Held | None:
@@ -156,6 +157,8 @@ def _received(folder: Path | None, step: int, rank: int, job: str, uid: int) -> 
             print(f"hpc: rank {rank}: the fast-tier checkpoint sent to {folder} is not this rank's of step {step}",
                   file=sys.stderr, flush=True)
         return None
-    whole_in = data.get("whole_in", rank) if data["format"] == "part" else rank
-    return Held(step, "fetched", rank, folder, int(data.get("world_size", 0)),
-                whole_in if isinstance(whole_in, int) and not isinstance(whole_in, bool) else rank)
+    whole_in = data.get("whole_in") if data["format"] == manifest.PART else rank
+    if not isinstance(whole_in, int) or isinstance(whole_in, bool) or (data["format"] == manifest.PART
+                                                                       and whole_in == rank):
+        return None
+    return Held(step, "fetched", rank, folder, int(data.get("world_size", 0)), whole_in)

@@ -171,16 +171,21 @@ class FastTier:
             self._idle.set()
 
     def _write_and_send(self, step: int, staged: dict | None, meta: dict, drain_into: Path | None) -> None:
-        folder = None
-        changed = self._deferred.land()
-        if changed is not None:
-            self._deferred.on = False
-            staged = None
-            print(f"hpc: rank {self.rank}: the fast tier's save of step {step} is dropped: {changed}; "
-                  "its copies are taken on the training thread from now on", file=sys.stderr, flush=True)
-        if staged is not None:
-            folder = self._commit(step, staged, meta)
-        drained = self.rank == 0 and folder is not None and drain_into is not None and self._drain(folder, drain_into)
+        folder, drained = None, False
+        try:  # whatever fails here, this rank still takes part in the exchange and the vote below, as the others do
+            changed = self._deferred.land()
+            if changed is not None:
+                self._deferred.on = False
+                staged = None
+                print(f"hpc: rank {self.rank}: the fast tier's save of step {step} is dropped: {changed}; "
+                      "its copies are taken on the training thread from now on", file=sys.stderr, flush=True)
+            if staged is not None:
+                folder = self._commit(step, staged, meta)
+            drained = self.rank == 0 and folder is not None and drain_into is not None and self._drain(folder,
+                                                                                                      drain_into)
+        except Exception as e:  # noqa: BLE001 - a pickling error, a copy into a buffer of another shape, ...
+            folder, drained = None, False
+            self._failed = self._failed or f"the fast tier's save of step {step} failed: {type(e).__name__}: {e}"
         failed = self._failed is not None
         if self.copies:
             try:
@@ -273,6 +278,8 @@ class FastTier:
         return self.replication is not None and self.replication.copies
 
     def wait(self, timeout: float | None = None) -> None:
+        """On the training thread: the save in flight is judged (a deferred copy) and committed."""
+        self._deferred.verify(timeout)
         self._idle.wait(timeout)
 
     def fell_back(self) -> str:
@@ -288,6 +295,7 @@ class FastTier:
         A save whose peer never saved the same step (a loop on one rank only after the last step) is not waited
         for beyond a few seconds: the writer is a daemon thread."""
         self.wait(EXIT_WAIT_S)
+        self._deferred.close()
         if self._thread is not None:
             self._jobs.put(None)
             self._thread = None
@@ -301,7 +309,10 @@ def _serve(tier_ref, jobs: queue.SimpleQueue) -> None:
         tier = tier_ref()
         if tier is None:
             return
-        tier._write(*job)
+        try:
+            tier._write(*job)
+        except Exception as e:  # noqa: BLE001 - the vote's group broke (a peer died): the shared tier takes over
+            tier.fallback_due = tier.fallback_due or f"the fast tier's writer failed: {type(e).__name__}: {e}"
         del tier
 
 
@@ -330,9 +341,13 @@ def _fresh_dir(store, step: int) -> Path:
     the store's purge, which keeps the newest, would otherwise take this save for the old one and remove it."""
     for entry in store.entries():
         if entry.step > step:
-            (entry.path / manifest.NAME).unlink(missing_ok=True)  # uncommitted first: never half there
-            shutil.rmtree(entry.path, ignore_errors=True)
+            drop(entry.path)
     return store.step_dir(step)
+
+
+def drop(folder: Path) -> None:
+    (folder / manifest.NAME).unlink(missing_ok=True)  # uncommitted first: never half there
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _copy_synced(source: Path, target: Path) -> None:
