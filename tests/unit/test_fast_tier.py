@@ -192,6 +192,27 @@ def test_a_save_that_raises_on_the_writer_thread_falls_back_and_the_writer_serve
     assert tier.node.store("own", 0).step_dir(2).joinpath("manifest.json").exists()
 
 
+def test_after_a_resume_a_node_keeps_its_ranks_folders_and_the_previous_nodes_copies_up_to_the_step(tmp_path):
+    """Ranks 2-3 of 4 on this node now (2 a node): it keeps own/rank-2..3 and peer/rank-0..1 up to the step resumed;
+    a later step (a history left behind), the copy of its own rank 3 sent at this resume, and own/rank-0 left by
+    another layout go."""
+    from hpc.runtime.resilience.fast_saves import FastSaves
+
+    tier = _tier(tmp_path)
+    tier.writer, tier.local_world, tier.world = 2, 2, 4
+    for kind, rank, step in [("own", 2, 6), ("own", 2, 8), ("own", 3, 6), ("peer", 0, 6), ("peer", 1, 6),
+                             ("peer", 3, 6), ("own", 0, 6)]:
+        folder = tier.node.store(kind, rank).step_dir(step)
+        folder.mkdir(parents=True)
+        manifest.commit(folder, {}, {"step": step}, fsync=False)
+    saves = FastSaves.__new__(FastSaves)
+    saves.fast = tier
+    saves.process = types.SimpleNamespace(barrier=lambda: None, is_local_main_process=True)
+    saves.settle(6)
+    left = sorted(str(p.relative_to(tier.node.path)) for p in tier.node.path.glob("*/rank-*/step-*"))
+    assert left == ["own/rank-2/step-6", "own/rank-3/step-6", "peer/rank-0/step-6", "peer/rank-1/step-6"]
+
+
 def test_another_jobs_or_users_checkpoints_are_never_read_and_a_gone_jobs_folder_is_swept(tmp_path):
     old = _tier(tmp_path, job="40")
     old.save(3, _meta(3))
