@@ -6,7 +6,8 @@ mid-epoch and the job goes on at a smaller world (torchrun's next round, or the 
 SPEC keys: project (checkpoint folder parent), out (result file), epochs, save_every (optimizer steps, 2 if not
 given), samples (64 if not given), sleep (seconds a step in the job's first attempt and torchrun round only: room
 to kill a node while it trains; the rounds after it run at full speed), sleep_until_killed (every round sleeps
-until a file `killed` appears in the project folder). 4 samples a rank a step, shuffled: of 64,
+until a file `killed` appears in the project folder), hold_at (rank 0 waits after that step until `killed`
+appears: a kill at a known step, however slow the machine). 4 samples a rank a step, shuffled: of 64,
 an epoch is 8 steps at world 2, 16 at world 1; of 96, 8 at world 3, 12 at 2, 24 at 1 (a checkpoint at an even step
 leaves a whole number of steps of the epoch for any of them). The loop has no resume logic beyond `auto_resume`.
 
@@ -70,6 +71,9 @@ def main() -> None:
             first = False
             if acc.completed_steps % spec.get("save_every", 2) == 0:
                 acc.save_state()
+            if spec.get("hold_at") == acc.completed_steps and acc.is_main_process:  # a test's: the node goes here
+                while not (project / "killed").exists():
+                    time.sleep(0.05)
             if spec.get("sleep_until_killed"):  # a benchmark's: every round sleeps until it has killed a node
                 sleep = 0 if (project / "killed").exists() else spec.get("sleep", 0)
             time.sleep(sleep)
