@@ -97,17 +97,21 @@ def test_a_step_drained_to_the_shared_tier_gives_every_rank_its_own_random_strea
     assert_same_run(straight_run(SPEC, tmp_path), torch.load(tmp_path / "d.pt", weights_only=False))
 
 
+def _node_memories(tmp: Path) -> tuple[str, str]:
+    """Two nodes' memories of their own (shm0, shm1) and a runtime config for each; the job's folder."""
+    (tmp / "job" / "tasks").mkdir(parents=True)
+    for r in (0, 1):
+        (tmp / f"shm{r}").mkdir()
+        RuntimeConfig(fast_tier=FastTier(enabled=True, directory=str(tmp / f"shm{r}"))).write(tmp / f"runtime{r}.json")
+    return "runtime0.json", "runtime1.json"
+
+
 def test_a_node_that_comes_back_empty_is_sent_its_ranks_folder_by_the_node_that_kept_the_copy(tmp_path):
     """Each rank's node has a memory of its own. Node 1 is replaced by a node with nothing in memory (a hot spare,
     or the node rebooted): its rank's folder of step 6 lives on only in the copy node 0 kept, and node 0 sends it
     over. One step is trained twice, not three (the shared tier's step 4)."""
     start_straight_run(SPEC, tmp_path)
-    (tmp_path / "job" / "tasks").mkdir(parents=True)
-    for r in (0, 1):
-        (tmp_path / f"shm{r}").mkdir()
-        RuntimeConfig(fast_tier=FastTier(enabled=True, directory=str(tmp_path / f"shm{r}"))).write(
-            tmp_path / f"runtime{r}.json")
-    configs = ("runtime0.json", "runtime1.json")
+    configs = _node_memories(tmp_path)
     run = {**SPEC, "project": str(tmp_path / "f"), "out": str(tmp_path / "f.pt"), "crash_at": 7}
     port = 33000 + os.getpid() % 2000
     crashed = _two_nodes(tmp_path, run, port, configs=configs)
@@ -132,12 +136,7 @@ def test_a_node_keeps_one_copy_of_the_replicated_state_and_a_lost_node_of_two_ra
     trains on to the same losses and weights as a straight run of 4 ranks."""
     spec = {**SPEC, "nproc": 4}
     start_straight_run(spec, tmp_path)
-    (tmp_path / "job" / "tasks").mkdir(parents=True)
-    for r in (0, 1):
-        (tmp_path / f"shm{r}").mkdir()
-        RuntimeConfig(fast_tier=FastTier(enabled=True, directory=str(tmp_path / f"shm{r}"))).write(
-            tmp_path / f"runtime{r}.json")
-    configs = ("runtime0.json", "runtime1.json")
+    configs = _node_memories(tmp_path)
     run = {**spec, "project": str(tmp_path / "n"), "out": str(tmp_path / "n.pt"), "crash_at": 7}
     port = 35000 + os.getpid() % 2000
     crashed = _two_nodes(tmp_path, run, port, configs=configs, per_node=2)
