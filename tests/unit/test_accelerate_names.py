@@ -303,3 +303,27 @@ def test_accelerates_optimizer_scheduler_and_memory_utils_paths_name_what_prepar
     and the older `accelerate.memory_utils`, with `accelerate` spelled `hpc`."""
     proc = subprocess.run([sys.executable, "-c", PREPARED_TYPES], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "TYPES", proc.stderr
+
+
+def test_save_and_load_state_take_accelerates_arguments_and_refuse_what_would_loosen_a_load(single, tmp_path):
+    """Accelerate's save_state(output_dir, safe_serialization=True, **save_model_func_kwargs) and
+    load_state(input_dir, load_kwargs=None, **load_model_func_kwargs): a script passing them runs (it raised a
+    TypeError); hpc's one checkpoint format is checksummed and weights_only whichever is asked, and a load that
+    would be loosened (strict=False, weights_only=False) is refused in one line rather than quietly tightened."""
+    from hpc import Accelerator
+
+    accelerator = Accelerator(cpu=True, project_dir=str(tmp_path))
+    model = accelerator.prepare(torch.nn.Linear(2, 2))
+    before = model.weight.detach().clone()
+    accelerator.save_state(str(tmp_path / "a"), safe_serialization=False)
+    accelerator.save_state(str(tmp_path / "b"), True)  # Accelerate's second parameter, given by position
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    accelerator.load_state(str(tmp_path / "a"), load_kwargs={"weights_only": True, "map_location": "cpu"},
+                           strict=True)
+    assert torch.equal(model.weight, before)
+    for kwargs, said in (({"strict": False}, "strict=False"),
+                         ({"load_kwargs": {"weights_only": False}}, "weights_only=False")):
+        with pytest.raises(HpcError, match=f"load_state\\({said}\\): hpc loads checkpoints strictly"):
+            accelerator.load_state(str(tmp_path / "b"), **kwargs)
+    accelerator.end_training()
