@@ -390,3 +390,22 @@ def test_review_fixes_env_adds_up_omp_from_env_wins_fsdp1_strategy_kept(tmp_path
                                          "HYBRID_SHARD\n")
     job = effective(render_json(tmp_path, "--config_file", "fsdp1.yaml", "t.py"))
     assert (job["fsdp_sharding_strategy"], job["fsdp_reshard_after_forward"]) == ("HYBRID_SHARD", True)
+
+
+def test_torch_dynamo_plugin_reads_accelerates_variables_and_gives_what_differs_from_the_defaults(monkeypatch):
+    """Accelerate's own test_kwargs_handlers.py::test_torch_dynamo_plugin, on hpc: a field left None comes from
+    ACCELERATE_DYNAMO_*, and to_kwargs gives the fields that differ from a plugin built with no environment."""
+    from hpc.utils import DynamoBackend, TorchDynamoPlugin
+
+    for key in [k for k in os.environ if k.startswith("ACCELERATE_DYNAMO_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "aot_ts_nvfuser")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_MODE", "reduce-overhead")
+    monkeypatch.setenv("ACCELERATE_DYNAMO_USE_FULLGRAPH", "true")
+    plugin = TorchDynamoPlugin()
+    assert plugin.backend == DynamoBackend.AOT_TS_NVFUSER and plugin.fullgraph is True and plugin.dynamic is None
+    assert plugin.to_kwargs() == {"backend": "aot_ts_nvfuser", "mode": "reduce-overhead", "fullgraph": True}
+    assert os.environ["ACCELERATE_DYNAMO_BACKEND"] == "aot_ts_nvfuser"  # to_kwargs put the environment back
+    assert TorchDynamoPlugin(backend="inductor", mode="max-autotune").as_settings()["dynamo_backend"] == "inductor"
+    monkeypatch.delenv("ACCELERATE_DYNAMO_BACKEND")
+    assert TorchDynamoPlugin().as_settings()["dynamo_backend"] == "no"  # off, as Accelerate's default

@@ -2,32 +2,64 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 
 from hpc.errors import HpcError
+from hpc.runtime.handlers import KwargsHandler
+from hpc.runtime.utilities.enums import DynamoBackend
+from hpc.runtime.utilities.environment import str_to_bool
 
 
 @dataclass
-class TorchDynamoPlugin:
-    """Accelerate's torch.compile settings object: Accelerator(dynamo_plugin=TorchDynamoPlugin(backend="inductor"))."""
+class TorchDynamoPlugin(KwargsHandler):
+    """Accelerate's torch.compile settings object: Accelerator(dynamo_plugin=TorchDynamoPlugin(backend="inductor")).
+    A field left None is read, as Accelerate reads it, from ACCELERATE_DYNAMO_BACKEND, _MODE, _USE_FULLGRAPH,
+    _USE_REGIONAL_COMPILATION and _USE_DYNAMIC (what `accelerate launch` exports from a config file); ``backend`` is
+    a DynamoBackend (to_dict and to_kwargs give its lower-case name, the one torch takes)."""
 
-    backend: str | None = None
+    backend: DynamoBackend | str | None = None
     mode: str | None = None
-    fullgraph: bool = False
+    fullgraph: bool | None = None
     dynamic: bool | None = None
     options: dict | None = None
     disable: bool = False
-    use_regional_compilation: bool = False
+    use_regional_compilation: bool | None = None
+
+    def __post_init__(self):
+        env = os.environ
+        backend = env.get(f"{DYNAMO_PREFIX}BACKEND", "no") if self.backend is None else self.backend
+        name = str(getattr(backend, "value", backend)).upper()
+        self.backend = DynamoBackend(name) if name in DynamoBackend.__members__ else name.lower()
+        if self.mode is None:
+            self.mode = env.get(f"{DYNAMO_PREFIX}MODE", "default")
+        if self.fullgraph is None:
+            self.fullgraph = str_to_bool(env.get(f"{DYNAMO_PREFIX}USE_FULLGRAPH", "False")) == 1
+        if self.use_regional_compilation is None:
+            self.use_regional_compilation = str_to_bool(
+                env.get(f"{DYNAMO_PREFIX}USE_REGIONAL_COMPILATION", "False")) == 1
+        if self.dynamic is None and f"{DYNAMO_PREFIX}USE_DYNAMIC" in env:
+            self.dynamic = str_to_bool(env[f"{DYNAMO_PREFIX}USE_DYNAMIC"]) == 1
+
+    @property
+    def backend_name(self) -> str:
+        return str(getattr(self.backend, "value", self.backend)).lower()
+
+    def to_dict(self) -> dict:
+        return {**super().to_dict(), "backend": self.backend_name}
 
     def as_settings(self) -> dict:
         """The job keys these stand for (what dynamo_backend & co. of a config file set)."""
         if self.options:
             raise HpcError("TorchDynamoPlugin(options=...) is not passed on by hpc", fix="drop options, or set mode")
-        return {"dynamo_backend": None if self.disable else self.backend, "dynamo_mode": self.mode,
+        return {"dynamo_backend": None if self.disable else self.backend_name, "dynamo_mode": self.mode,
                 "dynamo_use_fullgraph": self.fullgraph, "dynamo_use_dynamic": self.dynamic,
                 "dynamo_use_regional_compilation": self.use_regional_compilation}
+
+
+DYNAMO_PREFIX = "ACCELERATE_DYNAMO_"
 
 
 @dataclass(frozen=True)
