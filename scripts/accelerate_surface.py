@@ -64,6 +64,28 @@ def surface(wheel: Path) -> dict[str, list[str]]:
         return {module: public_names(archive.read(module_file(module)).decode()) for module in MODULES}
 
 
+def utils_submodules(wheel: Path) -> dict[str, list[str]]:
+    """For each module under accelerate/utils/: the names accelerate.utils takes from it (``from .X import ...``,
+    also inside a top-level if/try), which scripts also import by the submodule's path
+    (``from accelerate.utils.memory import find_executable_batch_size``)."""
+    with zipfile.ZipFile(wheel) as archive:
+        tree = ast.parse(archive.read("accelerate/utils/__init__.py").decode())
+    found: dict[str, set[str]] = {}
+
+    def walk(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                found.setdefault(node.module, set()).update(a.asname or a.name for a in node.names)
+            for block in ("body", "orelse", "finalbody"):
+                if isinstance(node, (ast.If, ast.Try)):
+                    walk(getattr(node, block, []))
+            for handler in getattr(node, "handlers", []):
+                walk(handler.body)
+
+    walk(tree.body)
+    return {module: sorted(names) for module, names in sorted(found.items())}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--wheel", help=f"accelerate-{ACCELERATE_VERSION} wheel (default: pip download, cached)")
@@ -71,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     data = {"accelerate_version": ACCELERATE_VERSION,
             "regenerate": "python scripts/accelerate_surface.py",
-            "modules": surface(find_wheel(args.wheel))}
+            "modules": surface(find_wheel(args.wheel)),
+            "utils_submodules": utils_submodules(find_wheel(args.wheel))}
     text = json.dumps(data, indent=1) + "\n"
     if args.check:
         same = OUTPUT.exists() and OUTPUT.read_text() == text

@@ -21,7 +21,7 @@ import torch
 from hpc.errors import HpcError
 from hpc.runtime import settings_resolver
 from hpc.runtime.big_models.hooks import get_state_dict_offloaded_model, has_offloaded_params
-from hpc.runtime.checkpoint import model_files
+from hpc.runtime.checkpoint import model_files, state_arguments
 from hpc.runtime.configuration import DataLoaderConfiguration, GradientAccumulationPlugin, ProjectConfiguration
 from hpc.runtime.data.prepare import PreparedDataLoader, SkipFirstBatches
 from hpc.runtime.handlers import AutocastKwargs, GradScalerKwargs, ProfileKwargs
@@ -400,20 +400,9 @@ class Accelerator:
 
     def save_state(self, output_dir: str | os.PathLike | None = None, safe_serialization: bool = True, *,
                    async_save: bool | None = None, **save_model_func_kwargs) -> Path:
-        """Everything training needs to go on: models, optimizers, schedulers, scaler, RNG per rank,
-        registered objects, counters and dataloader positions. Default place: checkpoints/step-<N>.
-        Every rank must call it. With async_save, training waits only while the state is copied.
-
-        ``safe_serialization`` and ``save_model_func_kwargs`` are Accelerate's. hpc's checkpoint has one format
-        whichever is asked for: every file checksummed and loaded ``weights_only``, so nothing in it is unpickled
-        (what safetensors give Accelerate's). Accelerate hands ``save_model_func_kwargs`` to DeepSpeed's
-        ``save_checkpoint`` and ignores them otherwise; hpc ignores them likewise, and refuses them under
-        DeepSpeed, whose checkpoint it writes itself (they would not be honoured)."""
-        del safe_serialization  # one format: see above
-        if save_model_func_kwargs and self.distributed_type == DistributedType.DEEPSPEED:
-            raise HpcError(f"save_state({', '.join(f'{k}=...' for k in sorted(save_model_func_kwargs))}): hpc "
-                           "writes the DeepSpeed checkpoint itself and cannot pass these to DeepSpeed's "
-                           "save_checkpoint", fix="leave them out (the whole state is saved and resumes exactly)")
+        """All training needs to go on, in checkpoints/step-<N> by default; every rank calls it. With async_save
+        training waits only for the copy. Accelerate's other arguments: checkpoint/state_arguments.py."""
+        state_arguments.check_save(save_model_func_kwargs, self.distributed_type == DistributedType.DEEPSPEED)
         return self._guard.save_state(output_dir, self.checkpoint_async if async_save is None else async_save)
 
     def register_save_state_pre_hook(self, hook):
@@ -427,28 +416,15 @@ class Accelerator:
         still restores every model itself afterwards. Returns a handle whose remove() unregisters it."""
         return self._guard.checkpoints.hooks.add("load", hook)
 
-    def wait_for_checkpoint(self) -> None:
-        """Block until a background save has committed."""
-        self._guard.wait_for_checkpoint()
+    wait_for_checkpoint = _call("_guard.wait_for_checkpoint", doc="Block until a background save has committed.")
 
     def load_state(self, input_dir: str | os.PathLike | None = None, load_kwargs: dict | None = None,
                    **load_model_func_kwargs) -> ResumeInfo:
-        """Restore a checkpoint (the given folder, or the newest good one under checkpoints/) as Accelerate does:
-        models, optimizers, schedulers, scaler, RNG, registered objects and counters. Each loader goes back to
-        the checkpoint's epoch (its data order) but starts it from the top, so a script that skips by itself
-        (skip_first_batches) skips once; a StatefulDataLoader resumes mid-epoch, as in Accelerate. hpc's exact
-        mid-epoch resume is resume() and auto_resume.
-
-        ``load_kwargs`` (Accelerate passes them to ``torch.load`` of the optimizer and scheduler states) and
-        ``load_model_func_kwargs`` (to the models' ``load_state_dict``, such as ``strict``) are accepted as
-        Accelerate's: hpc loads every file ``weights_only`` onto the right device and every model strictly, and
-        refuses in one line what would loosen that (``strict=False``, a ``weights_only=False``, a pickle module)."""
-        loosening = {k: v for k, v in {**(load_kwargs or {}), **load_model_func_kwargs}.items()
-                     if not (k == "map_location" or (k in ("strict", "weights_only") and v is True))}
-        if loosening:
-            raise HpcError(f"load_state({', '.join(f'{k}={v!r}' for k, v in sorted(loosening.items()))}): hpc "
-                           "loads checkpoints strictly and weights_only, whatever is asked",
-                           fix="leave these out: the checkpoint is hpc's own and loads whole")
+        """Restore a checkpoint (the folder given, or the newest good one under checkpoints/) as Accelerate does.
+        Each loader goes back to the checkpoint's epoch (its data order) from the top, so a script that skips by
+        itself (skip_first_batches) skips once; a StatefulDataLoader resumes mid-epoch, as in Accelerate (hpc's
+        exact resume: resume(), auto_resume). Accelerate's other arguments: checkpoint/state_arguments.py."""
+        state_arguments.check_load({**(load_kwargs or {}), **load_model_func_kwargs})
         return self._guard.load_state(input_dir)
 
     def resume(self) -> ResumeInfo | None:

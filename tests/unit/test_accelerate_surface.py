@@ -99,6 +99,24 @@ def test_every_public_name_of_accelerates_module_is_at_the_same_path_in_hpc(modu
                          f"{', '.join(missing)}")
 
 
+# accelerate.utils.tqdm is the one submodule named as a function of accelerate.utils (tqdm): hpc.utils loads its
+# names on first use, and a submodule hpc.utils.tqdm, once imported, would shadow the function there
+SHADOWING = {"tqdm"}
+
+
+@pytest.mark.parametrize("submodule", sorted(set(SURFACE["utils_submodules"]) - SHADOWING))
+def test_each_accelerate_utils_submodule_path_gives_the_names_accelerate_utils_takes_from_it(submodule):
+    """`from accelerate.utils.memory import find_executable_batch_size`, `from accelerate.utils.other import
+    extract_model_from_parallel`, ...: scripts and libraries import by the submodule's path too (11 of these 19
+    paths were missing, 71 names of the other 8). Private names (a leading underscore) are Accelerate's own."""
+    module = importlib.import_module(f"hpc.utils.{submodule}")
+    wanted = [n for n in SURFACE["utils_submodules"][submodule] if not n.startswith("_")]
+    missing = [n for n in wanted if not hasattr(module, n)]
+    assert not missing, f"hpc.utils.{submodule} lacks {', '.join(missing)}"
+    assert {n: getattr(module, n) for n in wanted} == {n: getattr(importlib.import_module("hpc.utils"), n)
+                                                       for n in wanted}  # the same objects, re-exported
+
+
 def test_the_kept_list_is_all_seventeen_modules_and_names_its_regeneration():
     assert SURFACE["accelerate_version"] == "1.15.0"
     assert SURFACE["regenerate"] == "python scripts/accelerate_surface.py"
@@ -128,3 +146,9 @@ def test_the_reader_takes_top_level_bindings_only():
               "try:\n    import p.q\nexcept ImportError:\n    f = None\n"
               "def g():\n    inner = 1\nclass H:\n    attr = 2\n_private = 3\nT: int = 4\n")
     assert public_names(source) == ["H", "T", "b", "d", "e", "f", "g", "os", "p"]
+
+
+def test_hpc_utils_tqdm_stays_the_function():
+    from hpc.utils import tqdm
+
+    assert callable(tqdm) and not isinstance(tqdm, type(importlib))

@@ -9,18 +9,17 @@ import torch
 
 from hpc.errors import HpcError
 from hpc.runtime.handlers import KwargsHandler
-from hpc.runtime.utilities.enums import DynamoBackend
-from hpc.runtime.utilities.environment import str_to_bool
 
 
 @dataclass
 class TorchDynamoPlugin(KwargsHandler):
     """Accelerate's torch.compile settings object: Accelerator(dynamo_plugin=TorchDynamoPlugin(backend="inductor")).
     A field left None is read, as Accelerate reads it, from ACCELERATE_DYNAMO_BACKEND, _MODE, _USE_FULLGRAPH,
-    _USE_REGIONAL_COMPILATION and _USE_DYNAMIC (what `accelerate launch` exports from a config file); ``backend`` is
-    a DynamoBackend (to_dict and to_kwargs give its lower-case name, the one torch takes)."""
+    _USE_REGIONAL_COMPILATION and _USE_DYNAMIC (what `accelerate launch` exports from a config file). ``backend``
+    is kept by Accelerate's upper-case name, equal to hpc.utils.DynamoBackend's member (a str enum); to_dict and
+    to_kwargs give the lower-case name torch takes."""
 
-    backend: DynamoBackend | str | None = None
+    backend: str | None = None
     mode: str | None = None
     fullgraph: bool | None = None
     dynamic: bool | None = None
@@ -31,21 +30,19 @@ class TorchDynamoPlugin(KwargsHandler):
     def __post_init__(self):
         env = os.environ
         backend = env.get(f"{DYNAMO_PREFIX}BACKEND", "no") if self.backend is None else self.backend
-        name = str(getattr(backend, "value", backend)).upper()
-        self.backend = DynamoBackend(name) if name in DynamoBackend.__members__ else name.lower()
+        self.backend = str(getattr(backend, "value", backend)).upper()
         if self.mode is None:
             self.mode = env.get(f"{DYNAMO_PREFIX}MODE", "default")
         if self.fullgraph is None:
-            self.fullgraph = str_to_bool(env.get(f"{DYNAMO_PREFIX}USE_FULLGRAPH", "False")) == 1
+            self.fullgraph = _true(env.get(f"{DYNAMO_PREFIX}USE_FULLGRAPH", "False"))
         if self.use_regional_compilation is None:
-            self.use_regional_compilation = str_to_bool(
-                env.get(f"{DYNAMO_PREFIX}USE_REGIONAL_COMPILATION", "False")) == 1
+            self.use_regional_compilation = _true(env.get(f"{DYNAMO_PREFIX}USE_REGIONAL_COMPILATION", "False"))
         if self.dynamic is None and f"{DYNAMO_PREFIX}USE_DYNAMIC" in env:
-            self.dynamic = str_to_bool(env[f"{DYNAMO_PREFIX}USE_DYNAMIC"]) == 1
+            self.dynamic = _true(env[f"{DYNAMO_PREFIX}USE_DYNAMIC"])
 
     @property
     def backend_name(self) -> str:
-        return str(getattr(self.backend, "value", self.backend)).lower()
+        return str(self.backend).lower()
 
     def to_dict(self) -> dict:
         return {**super().to_dict(), "backend": self.backend_name}
@@ -60,6 +57,14 @@ class TorchDynamoPlugin(KwargsHandler):
 
 
 DYNAMO_PREFIX = "ACCELERATE_DYNAMO_"
+
+
+def _true(value: str) -> bool:
+    """Accelerate's str_to_bool for these variables: y, yes, t, true, on, 1 or n, no, f, false, off, 0."""
+    word = value.strip().lower()
+    if word not in ("y", "yes", "t", "true", "on", "1", "n", "no", "f", "false", "off", "0"):
+        raise HpcError(f"an ACCELERATE_DYNAMO_* variable is {value!r}, not a yes or no", fix="set it to true or false")
+    return word in ("y", "yes", "t", "true", "on", "1")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,48 @@
+"""`accelerate.utils.other` as hpc spells it: the names accelerate.utils takes from
+it, which are hpc.utils's (scripts import them by this path too)."""
+
+from hpc.utils import (
+    check_os_kernel,
+    clean_state_dict_for_safetensors,
+    compile_regions,
+    compile_regions_deepspeed,
+    compile_regions_fsdp2,
+    convert_bytes,
+    extract_model_from_parallel,
+    get_model_tp_size,
+    get_module_children_bottom_up,
+    get_pretty_name,
+    has_compiled_regions,
+    is_compiled_module,
+    is_port_in_use,
+    load,
+    merge_dicts,
+    model_has_dtensor,
+    recursive_getattr,
+    save,
+    wait_for_everyone,
+    write_basic_config,
+)
+
+__all__ = [
+    "check_os_kernel",
+    "clean_state_dict_for_safetensors",
+    "compile_regions",
+    "compile_regions_deepspeed",
+    "compile_regions_fsdp2",
+    "convert_bytes",
+    "extract_model_from_parallel",
+    "get_model_tp_size",
+    "get_module_children_bottom_up",
+    "get_pretty_name",
+    "has_compiled_regions",
+    "is_compiled_module",
+    "is_port_in_use",
+    "load",
+    "merge_dicts",
+    "model_has_dtensor",
+    "recursive_getattr",
+    "save",
+    "wait_for_everyone",
+    "write_basic_config",
+]
