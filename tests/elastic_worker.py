@@ -58,12 +58,13 @@ def main() -> None:
             acc.backward(loss)
             opt.step()
             opt.zero_grad()
-            ids = acc.gather(idx)
-            if acc.is_main_process:
-                log.rows.append([loader.epoch, ids.tolist()])
+            if acc.is_main_process:  # the step is taken: noted before the gather, a collective a lost node fails
                 _write_whole(project / "progress", f"{acc.completed_steps}\n")
                 with open(project / "steps", "a") as f:  # measured from outside hpc, for the report's figures
                     f.write(f"{attempt} {acc.completed_steps} {time.time()}\n")
+            ids = acc.gather(idx)
+            if acc.is_main_process:
+                log.rows.append([loader.epoch, ids.tolist()])
                 if first:
                     _write_whole(project / f"world-{attempt}", json.dumps(
                         {"world": acc.num_processes, "hosts": sorted(set(hosts)), "trained_at": time.time(),
