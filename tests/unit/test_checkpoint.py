@@ -55,3 +55,29 @@ def test_purge_keeps_the_newest_k_and_clears_cut_short_saves_below_them(tmp_path
     assert store.keep == 2
     store.purge()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-4", "step-5", "step-6"]
+
+
+def test_a_part_written_as_rank_0_replaces_its_folder_is_written_again_into_the_new_one(tmp_path, monkeypatch):
+    """Rank 0 saves a damaged step again (a new folder swapped in for the old) while rank 1 writes its part: rank
+    1's random streams went with the old folder, or its listing found its place gone and the rank crashed (a test
+    of the suite failed so, once). The part is written again into the new folder once rank 0 has committed it."""
+    import types
+
+    folder = tmp_path / "step-10"
+    folder.mkdir()
+    publish, swapped = fileset.publish_part, []
+
+    def racing(where, rank, sums, at, fsync=False):
+        if not swapped:  # rank 0's swap, between the part's files and its listing
+            swapped.append(True)
+            where.rename(tmp_path / ".step-10.replaced")
+            where.mkdir()
+            manifest.commit(where, {}, {"step": 10, "micro_step": 10}, fsync=False)
+        return publish(where, rank, sums, at, fsync)
+
+    monkeypatch.setattr(fileset, "publish_part", racing)
+    fileset.write_part(folder, 1, {"rng/rank1.pt": torch.arange(3)}, types.SimpleNamespace(write=lambda f, files: None),
+                       (10, 10), False, 5.0)
+    part = fileset.read_part(folder, 1)
+    assert part is not None and manifest.verify(folder, part["files"]) is None
+    assert torch.equal(torch.load(folder / "rng" / "rank1.pt", weights_only=True), torch.arange(3))

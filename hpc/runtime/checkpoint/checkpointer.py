@@ -214,13 +214,13 @@ class Checkpointer:
         staged, extras = self._stage(work, async_save, before_write)
 
         def job() -> None:
+            if self.rank != 0:
+                fileset.write_part(work, self.rank, extras, staged, at, self.fsync, ANNOUNCE_TIMEOUT_S)
+                return
             files = FileSet(work, self.rank, fsync=self.fsync)
             for name, obj in extras.items():
                 files.save(name, obj)
             staged.write(work, files)
-            if self.rank != 0:
-                fileset.publish_part(work, self.rank, files.sums, at, fsync=self.fsync)
-                return
             try:
                 manifest.commit(work, fileset.collect_alone(work, files.sums),
                                 {"world_size": self.world, "format": self.format.name, **meta}, fsync=self.fsync)

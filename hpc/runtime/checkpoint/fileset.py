@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 from hpc.runtime.checkpoint import manifest
@@ -140,3 +141,31 @@ def move_parts(old: Path, new: Path, at: tuple[int, int]) -> None:
             os.replace(path, new / path.name)
         except OSError:
             continue
+
+
+def write_part(folder: Path, rank: int, extras: dict, staged, at: tuple[int, int], fsync: bool,
+               wait_s: float) -> None:
+    """A rank other than 0: its part of a replicated save (``extras``, then ``staged``'s files), into ``folder``.
+    Rank 0 may be replacing that folder as the part is written (a damaged checkpoint of this step saved again): a
+    file of the part then goes with the old folder, or a write finds its place gone. The part is then written again
+    once rank 0's new folder is committed at this point (up to ``wait_s``): a crash here would lose the rank, a part
+    lost unseen its random streams."""
+    for again in (False, True):
+        try:
+            files = FileSet(folder, rank, fsync=fsync)
+            for name, obj in extras.items():
+                files.save(name, obj)
+            staged.write(folder, files)
+            publish_part(folder, rank, files.sums, at, fsync=fsync)
+            if all((folder / name).exists() for name in [*files.sums, part_name(rank)]):
+                return
+        except FileNotFoundError:
+            if again:
+                raise
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            data = manifest.read(folder)
+            if data is not None and point(data) == at:
+                break
+            time.sleep(0.05)
+        folder.mkdir(parents=True, exist_ok=True)
