@@ -227,13 +227,14 @@ def find(ref: str | None) -> JobRecord:
     if not entries:
         raise HpcError(f"no job {ref!r} in this user's records" if ref else "no jobs submitted yet",
                        fix="see `hpc list`")
-    # a job whose folder was deleted (a temporary project, a cleaned-up run) is passed over, as `hpc list` does
-    kept = [e for e in entries if os.path.lexists(Path(e[2]) / RECORD)]
-    if not kept:
+    # a job whose folder was deleted (a temporary project, a cleaned-up run) is passed over, as `hpc list` does;
+    # newest first, looked at only until one is there
+    kept = next((e for e in entries if os.path.lexists(Path(e[2]) / RECORD)), None)
+    if kept is None:
         gone = (f"job {ref}'s folder {entries[0][2]} is" if ref
                 else f"the folders of all {len(entries)} recorded jobs are")
         raise HpcError(f"{gone} gone (deleted or moved)", fix="give the job's folder if it was moved; see `hpc list`")
-    return load_dir(Path(kept[0][2]))
+    return load_dir(Path(kept[2]))
 
 
 def _index_entries() -> list[tuple[float, str, str]]:

@@ -42,24 +42,31 @@ class Choice:
     part: Path | None = None  # this rank's own folder (its random streams, its readers), where not ``path``
 
 
+FORMATS = manifest.FAST_TIER_FORMATS  # a folder with the replicated state, or a rank's own streams and readers only
+
+
 def held(node: NodeStore, job: str) -> list[Held]:
     """The committed, well-formed fast-tier folders of this job on this node (their files not read yet)."""
     out = []
     for kind, saved_rank, store in node.holdings():
         for entry in store.committed():
-            data = entry.manifest
-            if manifest.malformed(data, entry.path, FORMATS) or data.get("job") != job or data.get("uid") != node.uid \
-                    or data.get("rank") != saved_rank or data.get("format") not in FORMATS:
-                continue
-            whole_in = data.get("whole_in") if data["format"] == manifest.PART else saved_rank
-            if not isinstance(whole_in, int) or isinstance(whole_in, bool) or (
-                    data["format"] == manifest.PART and whole_in == saved_rank):
-                continue
-            out.append(Held(entry.step, kind, saved_rank, entry.path, int(data.get("world_size", 0)), whole_in))
+            found = _ours(entry.manifest, entry.path, kind, saved_rank, entry.step, job, node.uid)
+            if found is not None:
+                out.append(found)
     return out
 
 
-FORMATS = manifest.FAST_TIER_FORMATS  # a folder with the replicated state, or a rank's own streams and readers only
+def _ours(data: dict, path: Path, kind: str, saved_rank: int, step: int, job: str, uid: int) -> Held | None:
+    """``path``'s manifest as a Held: well formed, this job's, this user's, the saved rank's (a part naming another
+    rank's folder for the replicated state); else None."""
+    if manifest.malformed(data, path, FORMATS) or data.get("job") != job or data.get("uid") != uid \
+            or data.get("rank") != saved_rank:
+        return None
+    part = data["format"] == manifest.PART
+    whole_in = data.get("whole_in") if part else saved_rank
+    if not isinstance(whole_in, int) or isinstance(whole_in, bool) or (part and whole_in == saved_rank):
+        return None
+    return Held(step, kind, saved_rank, path, int(data.get("world_size", 0)), whole_in)
 
 
 def _preference(rank: int):
@@ -151,14 +158,11 @@ def _received(folder: Path | None, step: int, rank: int, job: str, uid: int) -> 
     """The folder another rank sent, committed here under its manifest (checksums checked on arrival): this
     job's, this user's, this rank's, of the step agreed on."""
     data = manifest.read(folder) if folder is not None else None
-    if data is None or manifest.malformed(data, folder, FORMATS) or data.get("job") != job or data.get("uid") != uid \
-            or data.get("rank") != rank or data.get("step") != step or data.get("format") not in FORMATS:
+    got = _ours(data, folder, "fetched", rank, step, job, uid) if data is not None and data.get("step") == step \
+        else None
+    if got is None:
         if folder is not None:
             print(f"hpc: rank {rank}: the fast-tier checkpoint sent to {folder} is not this rank's of step {step}",
                   file=sys.stderr, flush=True)
         return None
-    whole_in = data.get("whole_in") if data["format"] == manifest.PART else rank
-    if not isinstance(whole_in, int) or isinstance(whole_in, bool) or (data["format"] == manifest.PART
-                                                                       and whole_in == rank):
-        return None
-    return Held(step, "fetched", rank, folder, int(data.get("world_size", 0)), whole_in)
+    return got

@@ -37,8 +37,8 @@ class DeferredCopy:
     when the training thread waits for the save), taken where every in-place change the script made has finished:
     a change still running as the copy read its tensor has bumped the counter by then."""
 
-    def __init__(self):
-        self.on = True
+    def __init__(self, on: bool = True):
+        self.on = on
         self._pending: list[tuple[torch.Tensor, torch.Tensor, int]] = []
         self._landed = threading.Event()
         self._landed.set()

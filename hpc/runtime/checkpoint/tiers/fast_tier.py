@@ -71,8 +71,8 @@ class FastTier:
         self.replication: Replication | None = None
         self._replication_made = False
         self._staging = StagingBuffers()
-        self._deferred = DeferredCopy()  # the weights' and optimizer state's copy, beside the next forward
-        self._deferred.on = bool(getattr(settings, "overlap_copy", False))
+        # the weights' and optimizer state's copy, beside the next forward (the profile's overlap_copy)
+        self._deferred = DeferredCopy(on=settings.overlap_copy)
         # one writer thread for the run, fed a save at a time: starting a thread per save costs the loop a wait
         # for it to be scheduled (tens of ms on a loaded node)
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -244,7 +244,7 @@ class FastTier:
             for name in data["files"]:
                 _copy_synced(folder / name, work / name)
             meta = {k: v for k, v in data.items() if k not in ("files", "version", "committed_at", "rank", "job",
-                                                               "uid")}
+                                                               "uid", "whole_in")}
             manifest.commit(work, data["files"], {**meta, "from": "node"}, fsync=True)
             work.rename(into)
         except OSError as e:
