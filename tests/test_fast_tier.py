@@ -23,17 +23,17 @@ from tests.test_checkpoint import assert_same_run
 SPEC = {"strategy": "ddp", "steps": 16, "save_every": 4}
 
 
-def _two_nodes(tmp: Path, run: dict, port: int, restart: int = 0, configs: tuple[str, str] = ("runtime.json",) * 2,
-               per_node: int = 1) -> list[subprocess.CompletedProcess]:
+def _two_nodes(tmp: Path, run: dict, port: int, restart: int = 0, configs: tuple[str, ...] = ("runtime.json",) * 2,
+               per_node: int = 1, nodes: int = 2) -> list[subprocess.CompletedProcess]:
     """``configs``: each node's runtime config (its memory), in tmp; ``per_node``: ranks a node."""
     env = {**launch_env(), "HPC_JOB_DIR": str(tmp / "job"), "MASTER_ADDR": socket.gethostname(),
-           "MASTER_PORT": str(port), "WORLD_SIZE": str(2 * per_node), "LOCAL_WORLD_SIZE": str(per_node),
+           "MASTER_PORT": str(port), "WORLD_SIZE": str(nodes * per_node), "LOCAL_WORLD_SIZE": str(per_node),
            "OMP_NUM_THREADS": "1", "HPC_RESTART_COUNT": str(restart)}
     procs = [subprocess.Popen([sys.executable, str(RESUME_WORKER), json.dumps(run)], cwd=tmp, text=True,
                               env={**env, "RANK": str(r), "LOCAL_RANK": str(r % per_node),
                                    "GROUP_RANK": str(r // per_node),
                                    "HPC_RUNTIME_CONFIG": str(tmp / configs[r // per_node])}, stderr=subprocess.PIPE)
-             for r in range(2 * per_node)]
+             for r in range(nodes * per_node)]
     try:
         return [subprocess.CompletedProcess(p.args, p.wait(timeout=300), None, p.stderr.read()) for p in procs]
     finally:
@@ -164,3 +164,32 @@ def test_a_node_keeps_one_copy_of_the_replicated_state_and_a_lost_node_of_two_ra
                           torch.tensor([r[1] for r in result["losses"]]), rtol=1e-5, atol=0)
     for name, weight in straight["weights"].items():
         assert torch.allclose(weight, result["weights"][name], rtol=1e-4, atol=1e-6), name
+
+
+def test_an_elastic_shrink_after_a_lost_node_resumes_from_the_fast_tier_as_the_shared_tier_would(tmp_path):
+    """Node 0 is lost at step 7 and the elastic job goes on with node 1 alone, as rank 0 of a world of 1. Node 1
+    kept a copy of node 0's folder of step 6: the run resumes from it and trains on exactly as a resume of the
+    shared tier's step 6 at world size 1 does (the same rules at another world size: rank 0's streams, the global
+    sample position). Before, a fast folder was read only at the world size it was saved at."""
+    configs = _node_memories(tmp_path)
+    run = {**SPEC, "project": str(tmp_path / "s"), "out": str(tmp_path / "s.pt"), "crash_at": 7, "save_every": 2}
+    port = 37000 + os.getpid() % 2000
+    crashed = _two_nodes(tmp_path, run, port, configs=configs)
+    assert all(p.returncode != 0 and "planned crash at step 7" in p.stderr for p in crashed)
+    shutil.rmtree(tmp_path / "shm0")  # node 0 is gone with its memory
+    assert (tmp_path / "shm1" / f"hpc-{os.getuid()}-job" / "peer" / "rank-0" / "step-6" / "manifest.json").exists()
+    # the reference: a copy of the project resumed with no fast tier, from the script's save_state of step 6
+    reference = {**run, "project": str(tmp_path / "r"), "out": str(tmp_path / "r.pt")}
+    shutil.copytree(run["project"], reference["project"])
+    RuntimeConfig().write(tmp_path / "plain.json")
+    resumed = _two_nodes(tmp_path, run, port + 1, restart=1, configs=(configs[1],), nodes=1)
+    assert resumed[0].returncode == 0, resumed[0].stderr[-3000:]
+    said = [line for line in resumed[0].stderr.splitlines() if "resumed from" in line]
+    assert len(said) == 1 and "(step 6, the peer tier)" in said[0], resumed[0].stderr[-3000:]
+    assert "saved at world size 2, this run has 1" in resumed[0].stderr
+    shared = _two_nodes(tmp_path, reference, port + 2, restart=1, configs=("plain.json",), nodes=1)
+    assert shared[0].returncode == 0, shared[0].stderr[-3000:]
+    assert "(step 6, the shared tier)" in shared[0].stderr, shared[0].stderr[-3000:]
+    fast, plain = torch.load(run["out"], weights_only=False), torch.load(reference["out"], weights_only=False)
+    assert [row[0] for row in fast["losses"]] == list(range(1, 17)), "a step was lost or repeated"
+    assert_same_run(plain, fast)

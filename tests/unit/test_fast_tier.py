@@ -101,14 +101,46 @@ def test_a_save_after_a_resume_from_an_older_step_replaces_the_abandoned_later_o
                        tier.training.models[0].weight.data)
 
 
+def _held(node: str, *folders: tuple[int, int], world: int = 4, per_node: int = 1) -> tuple[str, list]:
+    """A rank's offer: its node and the (saved rank, step) folders the node holds, saved at ``world`` with
+    ``per_node`` ranks a node (a part names its node's first rank)."""
+    return node, [(saved, step, world, saved - saved % per_node) for saved, step in folders]
+
+
 def test_the_resume_plan_fetches_each_missing_folder_from_the_lowest_rank_holding_it():
-    # ranks 0-3; rank 2's node came back empty; rank 3's own folder of step 6 is damaged only on its node
-    offers = [[(0, 5), (0, 6), (3, 6)], [(1, 5), (1, 6), (0, 6)], [], [(2, 5), (2, 6), (3, 5), (3, 6)]]
-    assert choice.plan(offers) == (6, [(3, 2, 2)])
-    offers[3].remove((2, 6))  # nobody holds rank 2's step 6 any more: step 5, rank 2's again from rank 3
-    assert choice.plan(offers) == (5, [(3, 2, 2)])
-    assert choice.plan([[(0, 1)], []]) == (None, [])  # rank 1's folder is held nowhere
-    assert choice.plan([[], []]) == (None, [])
+    # ranks 0-3, a node each; rank 2's node came back empty; rank 3's own folder of step 6 is damaged only on its node
+    offers = [_held("a", (0, 5), (0, 6), (3, 6)), _held("b", (1, 5), (1, 6), (0, 6)), _held("c"),
+              _held("d", (2, 5), (2, 6), (3, 5), (3, 6))]
+    assert choice.plan(offers) == ((6, 4), [(3, 2, 2)])
+    offers[3][1].remove((2, 6, 4, 2))  # nobody holds rank 2's step 6 any more: step 5, rank 2's again from rank 3
+    assert choice.plan(offers) == ((5, 4), [(3, 2, 2)])
+    assert choice.plan([_held("a", (0, 1), world=2), _held("b", world=2)]) == (None, [])  # rank 1's held nowhere
+    assert choice.plan([_held("a"), _held("b")]) == (None, [])
+
+
+def test_the_resume_plan_at_another_world_size_reads_the_saved_ranks_it_still_has_and_the_replicated_state():
+    """Folders saved at one world size serve a run at another, as the shared tier's do: rank r reads saved rank
+    r's folder (its streams) and its node a folder with the replicated state; a rank new since the save, the
+    replicated state alone (saved rank 0's); a node lacking one is sent it once, however many of its ranks need it."""
+    # 3 nodes of 2 ranks saved step 6 at world 6, each node keeping a copy of the previous one's; node b is lost:
+    # c's ranks are renumbered 2, 3, and c holds the copies of b's (saved 2 and 3) they now read
+    a = _held("a", (0, 6), (1, 6), (4, 6), (5, 6), world=6, per_node=2)
+    c = _held("c", (4, 6), (5, 6), (2, 6), (3, 6), world=6, per_node=2)
+    assert choice.plan([a, a, c, c]) == ((6, 6), [])
+    # two nodes of one rank saved at world 2; the job grows to 3 with an empty node: its rank (new since the
+    # save) is sent saved rank 0's folder, with the model
+    x, y = _held("x", (0, 6), (1, 6), world=2), _held("y", (1, 6), (0, 6), world=2)
+    assert choice.plan([x, y, _held("z")]) == ((6, 2), [(0, 2, 0)])
+    # the same on a new node of two ranks: one copy of the folder sent, to the node's lowest rank
+    assert choice.plan([x, y, _held("z"), _held("z")]) == ((6, 2), [(0, 2, 0)])
+    # a new node of two ranks at world 4 in place of a lost node of two (saved at 4): each rank's folder, and the
+    # replicated state its part names, arrive once
+    p = _held("p", (0, 6), (1, 6), (2, 6), (3, 6), per_node=2)
+    assert choice.plan([p, p, _held("q"), _held("q")]) == ((6, 4), [(0, 2, 2), (0, 3, 3)])
+    # an older step saved at the old world size and a newer one at the new: the newest wins
+    assert choice.plan([("a", [(0, 4, 2, 0), (0, 8, 1, 0)])]) == ((8, 1), [])
+    # a part whose replicated state is held nowhere is no resume point
+    assert choice.plan([("a", [(1, 6, 2, 0)]), ("a", [(1, 6, 2, 0)])]) == (None, [])
 
 
 def _overlapping(base) -> tuple[FastTier, torch.nn.Linear, torch.optim.Optimizer, threading.Event]:

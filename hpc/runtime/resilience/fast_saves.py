@@ -122,19 +122,19 @@ class FastSaves:
         newest_shared = collectives.gather_object_across(shared[0].step if shared else None, world)[0]
         return picked if newest_shared is None or picked.step >= newest_shared else None
 
-    def _fetch(self, step: int, moves: list, folder_of) -> Path | None:
+    def _fetch(self, step: int, moves: list, folder_of) -> dict[int, Path]:
         """A resume's transfers of fast-tier folders between ranks (every rank, the same moves): what this rank
-        received, committed as a peer copy on its node."""
+        received ({saved rank: folder}), committed as peer copies on its node."""
         node = self.fast.node
         if self._fetch_group is None:  # one group for the resume's rounds (every rank makes it at the same call)
             self._fetch_group = replication.make_group()
         try:
             return replication.transfer(self._fetch_group, self.process.rank, moves, folder_of,
-                                        lambda s: node.store("peer", self.process.rank).step_dir(s))
+                                        lambda s, saved: node.store("peer", saved).step_dir(s))
         except Exception as e:  # noqa: BLE001 - a holder gone, the group's timeout: this step is not read
             print(f"hpc: rank {self.process.rank}: fetching fast-tier folders of step {step} failed: "
                   f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
-            return None
+            return {}
 
     def settle(self, step: int) -> None:
         """After a resume at ``step`` (0: none), every rank done loading: this node keeps what the run goes on

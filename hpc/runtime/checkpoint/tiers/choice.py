@@ -1,16 +1,20 @@
 """Which checkpoint a resume reads: the newest complete, verified one of any tier, agreed on by every rank.
 
 Each rank lists the fast-tier folders its node holds for this job (its own ranks' and the copies of the previous
-node's), committed and well formed, of this user and job (the manifest says so, besides the folder's name), saved
-at this run's world size: a rank's folder holds what that rank alone saved (the main process's custom objects, its
-random streams), so after a reshape (an elastic restart with fewer nodes) the fast tier is not read and the shared
-tier, exact at any world size, is. The ranks share these lists and take the newest step for which every saved
-rank's folder is held somewhere: each rank reads its own saved rank's folder from its node (own, else a peer copy),
-and a rank whose node holds none (a hot spare in a lost node's place, a node that came back empty) is sent it by a
-rank whose node holds it (``fetch``: checked against its checksums as it arrives, committed as a peer copy). A
-folder whose files do not match their checksums is skipped with a line, and the ranks agree again. The fast tier's
-step wins over the shared tier's when it is as new or newer (memory reads faster than the shared filesystem);
-else, or with no common step, the shared tier.
+node's), committed and well formed, of this user and job (the manifest says so, besides the folder's name). A
+step's folders were all saved at one world size; a rank's folder holds what that rank alone saved (its random
+streams, its readers' positions) and, on a node's first rank, the replicated state (a DDP model is the same on
+every rank). The ranks share these lists and take the newest step whose folders every rank of this run needs are
+held somewhere: rank r needs saved rank r's folder (none where r is new since the save: it keeps the streams the
+script seeded, as at a resume of the shared tier at another world size) and, on its node, a folder with the
+replicated state (the one its part names; saved rank 0's for a rank new since the save). A node that lacks one (a
+hot spare in a lost node's place, a node that came back empty, a node whose ranks were renumbered by an elastic
+restart at another world size) is sent it by the lowest rank holding it (``fetch``: checked against its checksums
+as it arrives, committed as a peer copy), once a node. So an elastic job that lost a node resumes from the fast
+tier at its new size, exact by the same rules as a resume of the shared tier at another world size. A folder whose
+files do not match their checksums is skipped with a line, and the ranks agree again. The fast tier's step wins
+over the shared tier's when it is as new or newer (memory reads faster than the shared filesystem); else, or with
+no common step, the shared tier.
 """
 
 from __future__ import annotations
@@ -73,72 +77,95 @@ def _preference(rank: int):
     return lambda h: (h.saved_rank != rank, h.kind != "own", h.saved_rank)
 
 
-def plan(offers: list[list[tuple[int, int]]]) -> tuple[int | None, list[tuple[int, int, int]]]:
-    """``offers[r]``: the (saved rank, step) folders rank r's node holds. The newest step whose every saved rank
-    (one per rank of the run) is held by some rank, and the transfers it takes: (holder, needer, saved rank) for
-    each rank whose own node lacks its folder, sent by the lowest rank that holds it. (None, []) if there is none."""
+def plan(offers: list[tuple[str, list[tuple[int, int, int, int]]]]) -> tuple[tuple[int, int] | None, list]:
+    """``offers[r]``: rank r's node (a name the ranks of one node share) and the (saved rank, step, saved world,
+    whole_in) folders it holds. The newest (step, saved world) whose folders every rank needs are held somewhere,
+    and the transfers it takes: (holder, needer, saved rank) for each folder a node lacks, sent by the lowest rank
+    that holds it to the node's lowest rank that needs it. (None, []) if there is none."""
     world = len(offers)
-    held_by = [set(map(tuple, o)) for o in offers]
-    for step in sorted({s for o in held_by for _, s in o}, reverse=True):
-        moves = []
+    nodes = [node for node, _ in offers]
+    held_by = [{(saved, step, saved_world): whole_in for saved, step, saved_world, whole_in in o} for _, o in offers]
+    for step, saved_world in sorted({(s, w) for h in held_by for _, s, w in h}, reverse=True):
+        whole_of = {saved: whole_in for h in held_by for (saved, s, w), whole_in in h.items()
+                    if (s, w) == (step, saved_world)}
+        moves, planned = [], set()
         for needer in range(world):
-            if (needer, step) in held_by[needer]:
-                continue
-            holders = [h for h in range(world) if (needer, step) in held_by[h]]
-            if not holders:
+            wants = [needer, whole_of.get(needer)] if needer < saved_world else [whole_of.get(0)]
+            if None in wants:
                 break
-            moves.append((holders[0], needer, needer))
+            for saved in dict.fromkeys(wants):
+                key = (saved, step, saved_world)
+                if key in held_by[needer] or (nodes[needer], saved) in planned:
+                    continue
+                holders = [h for h in range(world) if key in held_by[h]]
+                if not holders:
+                    break
+                planned.add((nodes[needer], saved))
+                moves.append((holders[0], needer, saved))
+            else:
+                continue
+            break
         else:
-            return step, moves
+            return (step, saved_world), moves
     return None, []
 
 
 def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = None, fetch=None) -> Choice | None:
     """``gather(obj) -> list``: every rank's object (all ranks call this together). ``fetch(step, moves, folder_of)
-    -> Path | None``: the transfers of ``plan`` (every rank calls it with the same moves; ``folder_of(saved_rank)``:
-    this rank's checked folder of it to send, or None), returning the folder this rank received, if it needed one.
-    None: no step whose every saved rank's folder (saved at this world size) some rank holds."""
-    every = held(node, job)
-    usable = [h for h in every if world is None or h.world == world]
-    if rank == 0 and every and not usable:
-        print(f"hpc: the fast tier's checkpoints were saved at world size {every[0].world}, this run has {world}: "
-              "resuming from the shared tier, which is exact at another world size", file=sys.stderr, flush=True)
+    -> {saved rank: Path}``: the transfers of ``plan`` (every rank calls it with the same moves; ``folder_of(saved
+    rank)``: this rank's checked folder of it to send, or None), returning the folders this rank received. None
+    (fetch None: only folders a rank's own node holds): no step whose folders every rank needs some rank holds."""
+    where = f"{socket.gethostname()}:{node.path}"  # the ranks of one node (one memory) share it
+    usable = held(node, job)
     refused: set[Path] = set()
     while True:
-        offers = sorted({(h.saved_rank, h.step) for h in usable if h.path not in refused})
-        everyone = gather(offers)
-        if fetch is None:  # each rank its own saved rank's folder, from its own node only
-            everyone = [[o for o in theirs if o[0] == r] for r, theirs in enumerate(everyone)]
-        step, moves = plan(everyone)
-        if step is None:
+        offers = sorted({(h.saved_rank, h.step, h.world, h.whole_in) for h in usable if h.path not in refused})
+        everyone = gather((where, offers))
+        point, moves = plan(everyone)
+        if point is None:
             return None
-        pick = _checked(usable, refused, rank, rank, step)
-        if moves:
-            received = fetch(step, moves, lambda saved: _checked(usable, refused, saved, rank, step))
-            if any(needer == rank for _, needer, _ in moves):
-                pick = _received(received, step, rank, job, node.uid)
-        picks = gather((pick.kind, str(pick.path), socket.gethostname()) if pick is not None else None)
-        if all(p is not None for p in picks):
-            # every rank has its own folder on its node now: a part's replicated state is its node's first rank's
-            whole = pick if pick.whole_in == pick.saved_rank else _whole(node, job, world, refused, pick, rank, picks)
-            kind = None if whole is None else "own" if pick.kind == whole.kind == "own" else "peer"
+        step, saved_world = point
+        if world is not None and rank == 0 and saved_world != world:
+            print(f"hpc: the fast tier's step {step} was saved at world size {saved_world}, this run has {world}: "
+                  "its ranks' folders are read as a resume of the shared tier would read them", file=sys.stderr,
+                  flush=True)
+        at_point = [h for h in usable if (h.step, h.world) == point]
+        pick = _checked(at_point, refused, rank, rank, step) if rank < saved_world else None
+        received: dict[int, Path] = {}
+        if moves and fetch is not None:
+            received = fetch(step, moves, lambda saved: _checked(at_point, refused, saved, rank, step)) or {}
+            if any(needer == saved == rank for _, needer, saved in moves):
+                pick = _received(received.get(rank), step, rank, job, node.uid)
+        found = None if moves and fetch is None or (pick is None and rank < saved_world) else \
+            (pick.saved_rank if pick else None, pick.kind if pick else None, str(pick.path) if pick else None,
+             pick is not None and pick.whole_in == pick.saved_rank)
+        picks = gather((where, found))
+        if all(p is not None for _, p in picks):
+            # every rank has its own folder on its node now; the replicated state: its own folder's, or the folder
+            # on its node its part names (saved rank 0's for a rank new since the save)
+            want = pick.whole_in if pick is not None else 0
+            whole = pick if pick is not None and want == pick.saved_rank else \
+                _whole(node, job, point, refused, want, rank, where, picks)
+            kind = None if whole is None else "own" if whole.kind == "own" and (pick is None or pick.kind == "own") \
+                else "peer"
             kinds = gather(kind)
             if all(k is not None for k in kinds):
                 return Choice(step, whole.path, "node" if all(k == "own" for k in kinds) else "peer",
-                              part=pick.path if whole is not pick else None)
-        usable = [h for h in usable if h.step != step]  # some rank has no good folder of this step: an older one
+                              part=pick.path if pick is not None and whole is not pick else None)
+        usable = [h for h in usable if (h.step, h.world) != point]  # some rank has no good folder here: older
 
 
-def _whole(node: NodeStore, job: str, world: int | None, refused: set[Path], pick: Held, rank: int,
+def _whole(node: NodeStore, job: str, point: tuple[int, int], refused: set[Path], want: int, rank: int, where: str,
            picks: list) -> Held | None:
-    """The folder with the replicated state that ``pick`` (a part) goes with, on this node. Where the rank that
-    saved it runs on this node now, the very folder it checked (or was sent) is taken, not read again (a node of 8
-    ranks would check the whole state 8 times); else this node's copy of it, checked here."""
-    w = pick.whole_in
-    if 0 <= w < len(picks) and picks[w][2] == socket.gethostname():
-        return Held(pick.step, picks[w][0], w, Path(picks[w][1]), pick.world, w)
-    found = [h for h in held(node, job) if (world is None or h.world == world) and h.path not in refused]
-    return _checked(found, refused, w, rank, pick.step)
+    """This node's folder of saved rank ``want`` at ``point`` (a folder with the replicated state). Where a rank on
+    this node picked it as its own, the very folder it checked (or was sent) is taken, not read again (a node of 8
+    ranks would check the whole state 8 times); else this node's copy of it (perhaps just sent), checked here."""
+    for their_node, found in picks:
+        saved, kind, path, whole = found
+        if their_node == where and saved == want and whole:
+            return Held(point[0], kind, want, Path(path), point[1], want)
+    found = [h for h in held(node, job) if (h.step, h.world) == point and h.path not in refused]
+    return _checked(found, refused, want, rank, point[0])
 
 
 def _checked(usable: list[Held], refused: set[Path], saved_rank: int, rank: int, step: int) -> Held | None:

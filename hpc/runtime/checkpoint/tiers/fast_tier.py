@@ -189,8 +189,8 @@ class FastTier:
         failed = self._failed is not None
         if self.copies:
             try:
-                copy, kept = self.replication.exchange(folder, lambda s: _fresh_dir(self.node.store(
-                    "peer", self.replication.source), s))
+                copy, kept = self.replication.exchange(folder, lambda s, saved: _fresh_dir(self.node.store(
+                    "peer", saved), s))
                 if copy is not None:
                     self.node.store("peer", self.replication.source).purge()
                 self.saves.replicas = int(folder is not None) + int(kept)

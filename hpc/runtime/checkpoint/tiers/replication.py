@@ -42,8 +42,8 @@ class Replication:
 
     def exchange(self, folder: Path | None, receive_into) -> tuple[Path | None, bool]:
         """Send ``folder`` (a committed checkpoint; None: nothing this time) to the peer and take the source's.
-        ``receive_into(step) -> Path``: where the source's copy of ``step`` goes. Returns (the copy committed here
-        or None, whether the peer committed ours)."""
+        ``receive_into(step, saved rank) -> Path``: where the source's copy of ``step`` goes. Returns (the copy
+        committed here or None, whether the peer committed ours)."""
         payload = _pack(folder) if folder is not None else bytearray()
         size = torch.tensor([len(payload)], dtype=torch.int64)
         theirs = torch.zeros(1, dtype=torch.int64)
@@ -55,7 +55,7 @@ class Replication:
             dist.irecv(data, self.source, group=self.group).wait()
         for work in sends:
             work.wait()
-        copy = _unpack(memoryview(data.numpy()), receive_into) if data.numel() else None
+        copy = _unpack(memoryview(data.numpy()), self.source, receive_into) if data.numel() else None
         ack, peer_ack = torch.tensor([int(copy is not None)]), torch.zeros(1, dtype=torch.int64)
         _both(dist.isend(ack, self.source, group=self.group), dist.irecv(peer_ack, self.peer, group=self.group))
         return copy, bool(peer_ack.item())
@@ -68,12 +68,12 @@ class Replication:
         return bool(flags[0].item()), bool(flags[1].item())
 
 
-def transfer(group, rank: int, moves: list[tuple[int, int, int]], folder_of, receive_into) -> Path | None:
+def transfer(group, rank: int, moves: list[tuple[int, int, int]], folder_of, receive_into) -> dict[int, Path]:
     """A resume's fetches (choice.plan's moves: holder, needer, saved rank), every rank calling with the same moves:
     each holder sends its folder of the saved rank (``folder_of(saved) -> Held | None``; none: an empty message),
-    each needer receives one and commits it (``receive_into(step)``) once every file matches its checksum. Returns
-    what this rank received, or None."""
-    keep, sends, received = [], [], None
+    each needer receives it and commits it (``receive_into(step, saved rank)``) once every file matches its
+    checksum. Returns what this rank received: {saved rank: folder}."""
+    keep, sends, received = [], [], {}
     for holder, needer, saved in moves:
         if holder != rank:
             continue
@@ -84,7 +84,7 @@ def transfer(group, rank: int, moves: list[tuple[int, int, int]], folder_of, rec
         sends.append(dist.isend(size, needer, group=group))
         if payload:
             sends.append(dist.isend(torch.frombuffer(payload, dtype=torch.uint8), needer, group=group))
-    for holder, needer, _ in moves:
+    for holder, needer, saved in moves:
         if needer != rank:
             continue
         size = torch.zeros(1, dtype=torch.int64)
@@ -92,7 +92,9 @@ def transfer(group, rank: int, moves: list[tuple[int, int, int]], folder_of, rec
         data = torch.empty(int(size.item()), dtype=torch.uint8)
         if data.numel():
             dist.irecv(data, holder, group=group).wait()
-            received = _unpack(memoryview(data.numpy()), receive_into)
+            folder = _unpack(memoryview(data.numpy()), saved, receive_into)
+            if folder is not None:
+                received[saved] = folder
     for work in sends:
         work.wait()
     return received
@@ -122,15 +124,16 @@ def _pack(folder: Path) -> bytearray:
     return out
 
 
-def _unpack(blob: memoryview, receive_into) -> Path | None:
-    """Write the received files, check each against the sender's manifest, commit: the copy, or None (damaged in
-    transit, or the tier is full: nothing half-written is left)."""
+def _unpack(blob: memoryview, saved: int, receive_into) -> Path | None:
+    """Write the received files (saved rank ``saved``'s folder), check each against the sender's manifest, commit:
+    the copy, or None (another rank's, damaged in transit, or the tier is full: nothing half-written is left)."""
     length = int.from_bytes(bytes(blob[:8]), "little")
     header = json.loads(bytes(blob[8:8 + length]))
     data, names = header["manifest"], header["names"]
-    if manifest.malformed(data, formats=manifest.FAST_TIER_FORMATS) or sorted(data["files"]) != names:
+    if manifest.malformed(data, formats=manifest.FAST_TIER_FORMATS) or sorted(data["files"]) != names \
+            or data.get("rank") != saved:
         return None
-    folder = Path(receive_into(int(data["step"])))
+    folder = Path(receive_into(int(data["step"]), saved))
     shutil.rmtree(folder, ignore_errors=True)
     at = 8 + length
     try:
