@@ -40,8 +40,7 @@ def _fast_tier(prof, results, est, formats) -> dict | None:
     ranks = prof.gpus_per_node or prof.tasks_per_node or 1
     need = est.fast_tier_bytes(ddp, prof.fast_tier.replicas)
     mem = int(formats.parse_memory(prof.mem) * 2**20) if prof.mem else None
-    return {"bytes_per_node": need, "node_memory_bytes": mem,
-            "fits": None if mem is None else need + ddp.host * ranks <= mem}
+    return est.fast_tier_fit(need, mem, beside=ddp.host * ranks)
 
 
 def _strategy_flag_given(ctx: click.Context) -> str | None:
@@ -176,6 +175,6 @@ def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profil
         fits = "" if fast["node_memory_bytes"] is None else (
             f"; with the host's share of the job it {'fits' if fast['fits'] else 'does NOT fit'} the "
             f"profile's mem {prof.mem} per node" + ("" if fast["fits"] else " (the saves fall back to the shared "
-                                                    "tier: lower fast_tier.replicas, or turn it off)"))
+                                                    f"tier: {est.FAST_TIER_FIX})"))
         click.echo(f"fast tier ({prof.fast_tier.directory}, replicas {prof.fast_tier.replicas}): "
                    f"{_gib(fast['bytes_per_node'])} GiB of node memory per node for ddp{fits}")

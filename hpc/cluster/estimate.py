@@ -165,11 +165,28 @@ def estimate(num_params: int, strategy: str, *, precision: str = "no", world_siz
 FAST_TIER_FOLDERS = 3
 
 
+# what a fast tier that does not fit the node memory is told to do (estimate-memory and submit say it)
+FAST_TIER_FIX = "lower fast_tier.replicas, or turn fast_tier off"
+
+
+def fast_tier_node_bytes(state_bytes: int, replicas: int) -> int:
+    """Node memory the fast tier takes on each node, for ``state_bytes`` of replicated state (weights and optimizer
+    state, what one DDP rank saves): the node's first rank writes it into node memory once for the node (the other
+    ranks their random streams and readers, a few KiB), and the node keeps the previous node's copy besides."""
+    return state_bytes * replicas * FAST_TIER_FOLDERS
+
+
 def fast_tier_bytes(estimate: Estimate, replicas: int) -> int:
-    """Node memory the fast tier takes on each node: the node's first rank writes the replicated state (weights and
-    optimizer state; DDP) into node memory once for the node (the other ranks their random streams and readers, a
-    few KiB), and the node keeps the previous node's copy besides."""
-    return (estimate.params + estimate.optimizer) * replicas * FAST_TIER_FOLDERS
+    """fast_tier_node_bytes for an estimate's state (DDP: weights and optimizer state)."""
+    return fast_tier_node_bytes(estimate.params + estimate.optimizer, replicas)
+
+
+def fast_tier_fit(need: int, node_memory: int | None, beside: int = 0) -> dict:
+    """The fast tier's bytes per node (``need``) against the node memory the job has (None: not known), with
+    ``beside`` bytes of the job's own in host memory: what `hpc estimate-memory --json` and `hpc submit --json`
+    carry as ``fast_tier``."""
+    return {"bytes_per_node": need, "node_memory_bytes": node_memory,
+            "fits": None if node_memory is None else need + beside <= node_memory}
 
 
 def cheapest_fit(estimates: list[Estimate], capacity: int) -> Estimate | None:

@@ -1,0 +1,108 @@
+"""`hpc submit --state-size`: the profile's fast tier (checkpoints in node memory, issue 41) against the node memory
+the job gets, before anything is submitted; the accounting is `hpc estimate-memory`'s (tests/unit/test_estimate.py).
+Dry runs of the hpc command, torch-free."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hpc.cluster import estimate as est
+from tests.jobhelpers import hpc
+from tests.unit.test_cli import PROBE
+
+GiB = 2**30
+
+
+@pytest.fixture
+def project(tmp_path):
+    """A profile with the fast tier on (replicas 2 by default) and 8G of memory a node; train.py to submit."""
+    (tmp_path / "cluster_configs").mkdir()
+    (tmp_path / "cluster_configs" / "fast.yaml").write_text(
+        "name: fast\nextends: slurm-local\nmem: 8G\nfast_tier:\n  enabled: true\n")
+    (tmp_path / "cluster_configs" / "fast-no-mem.yaml").write_text(
+        "name: fast-no-mem\nextends: slurm-local\nfast_tier:\n  enabled: true\n")
+    (tmp_path / "train.py").write_text("")
+    return tmp_path
+
+
+def dry_run(project, *args):
+    proc = hpc(project, "submit", "--dry-run", "--json", *args, "train.py")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), proc.stderr
+
+
+def test_a_fast_tier_that_fits_says_so_in_json_and_nothing_on_stderr(project):
+    data, stderr = dry_run(project, "-p", "fast", "-N", "2", "--state-size", "1G")
+    # once a node, x 2 replicas (the copy of the previous node's) x 3 folders (2 kept, 1 being written)
+    assert data["fast_tier"] == {"bytes_per_node": 6 * GiB, "node_memory_bytes": 8 * GiB, "fits": True,
+                                 "state_bytes": GiB, "replicas": 2}
+    assert data["fast_tier"]["bytes_per_node"] == est.fast_tier_node_bytes(GiB, 2)  # estimate-memory's formula
+    assert "warning" not in stderr, stderr
+
+
+def test_a_fast_tier_that_does_not_fit_is_one_warning_line_and_the_job_still_goes(project):
+    data, stderr = dry_run(project, "-p", "fast", "-N", "2", "--state-size", "2G")
+    assert data["fast_tier"]["fits"] is False and data["fast_tier"]["bytes_per_node"] == 12 * GiB
+    assert data["script"], "a warning, not a refusal: the plan is there"
+    lines = [line for line in stderr.splitlines() if "fast tier" in line]
+    assert len(lines) == 1 and lines[0].startswith("hpc: warning: the fast tier needs 12.00 GiB"), stderr
+    assert "mem 8G" in lines[0] and "fall back to the shared tier" in lines[0]
+    assert "lower fast_tier.replicas" in lines[0] and "--mem" in lines[0]
+    # the plain dry run says it too, and more --mem makes it fit
+    plain = hpc(project, "submit", "--dry-run", "-p", "fast", "-N", "2", "--state-size", "2G", "train.py")
+    assert plain.returncode == 0 and "hpc: warning: the fast tier needs 12.00 GiB" in plain.stderr
+    more, stderr = dry_run(project, "-p", "fast", "-N", "2", "--mem", "16G", "--state-size", "2G")
+    assert more["fast_tier"]["fits"] is True and more["fast_tier"]["node_memory_bytes"] == 16 * GiB
+    assert "warning" not in stderr
+
+
+def test_one_node_keeps_no_peer_copy(project):
+    data, _ = dry_run(project, "-p", "fast", "-N", "1", "--state-size", "2G")
+    assert data["fast_tier"]["replicas"] == 1 and data["fast_tier"]["bytes_per_node"] == 6 * GiB
+
+
+def test_memory_per_gpu_times_the_gpus_of_a_node(project):
+    data, _ = dry_run(project, "-p", "fast-no-mem", "-N", "2", "--gpus-per-node", "2", "--mem-per-gpu", "2G",
+                      "--state-size", "1G")
+    assert data["fast_tier"]["node_memory_bytes"] == 4 * GiB and data["fast_tier"]["fits"] is False
+
+
+@pytest.mark.parametrize("args", [
+    pytest.param(["-p", "slurm-local", "--mem", "1G"], id="fast tier off"),
+    pytest.param(["-p", "fast", "--strategy", "fsdp"], id="sharded state: not in the fast tier"),
+    pytest.param(["-p", "fast"], id="no state size"),
+])
+def test_nothing_to_check(project, args):
+    state = [] if args == ["-p", "fast"] else ["--state-size", "64G"]
+    data, stderr = dry_run(project, "-N", "2", *args, *state)
+    assert "fast_tier" not in data and "warning" not in stderr, stderr
+
+
+def test_unknown_node_memory_is_no_check_and_no_message(project):
+    data, stderr = dry_run(project, "-p", "fast-no-mem", "-N", "2", "--state-size", "64G")
+    assert data["fast_tier"]["node_memory_bytes"] is None and data["fast_tier"]["fits"] is None
+    assert "warning" not in stderr, stderr
+
+
+@pytest.mark.parametrize("value, says", [
+    ("3X", "is not a size"), ("-1G", "is not a size"), ("0", "must be positive"), ("", "is not a size"),
+])
+def test_a_bad_state_size_is_one_line_and_exit_2(project, value, says):
+    proc = hpc(project, "submit", "--dry-run", "-p", "fast", "--state-size", value, "train.py")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hpc: error: command line: --state-size = "), proc.stderr
+    assert says in lines[0] and "fix:" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_the_check_imports_no_torch(project):
+    args = ["submit", "--dry-run", "-p", "fast", "-N", "2", "--state-size", "2G", "train.py"]
+    env = {**os.environ, "XDG_CONFIG_HOME": str(project / "xdg"), "XDG_DATA_HOME": str(project / "xdg-data")}
+    proc = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=project, capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "HEAVY=", proc.stdout
+    assert "hpc: warning: the fast tier needs" in proc.stderr
