@@ -46,9 +46,11 @@ class Saves:
     n: int = 0
     stall_s: float = 0.0
     replicas: int = 0  # nodes holding the newest one
+    bytes: int = 0  # the newest one's files (rank 0's: the replicated state), for `hpc submit`'s check next time
 
     def take(self) -> dict:
-        out = {"step": self.step, "n": self.n, "stall_s": round(self.stall_s, 4), "replicas": self.replicas}
+        out = {"step": self.step, "n": self.n, "stall_s": round(self.stall_s, 4), "replicas": self.replicas,
+               "bytes": self.bytes}
         self.n, self.stall_s = 0, 0.0
         return out
 
@@ -226,7 +228,7 @@ class FastTier:
             shutil.rmtree(folder, ignore_errors=True)
             self._failed = f"writing {folder} failed: {e.strerror or e} (out of node memory?)"
             return None
-        self._last_bytes = sum(int(v["size"]) for v in files.sums.values())
+        self._last_bytes = self.saves.bytes = sum(int(v["size"]) for v in files.sums.values())
         store.purge()
         return folder
 
