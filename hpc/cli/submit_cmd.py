@@ -41,14 +41,20 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print job_id, job_dir and logs as JSON.")
 @click.option("--state-size", metavar="SIZE", callback=_state_size,
               help="Checkpointed state of one rank (weights and optimizer state), e.g. 14G: with the profile's "
-                   "fast_tier on, warns before submitting if the tier does not fit the node memory (--mem).")
+                   "fast_tier on, warns before submitting if the tier does not fit the node memory (--mem). "
+                   "Default: what the last job of this name and profile measured.")
 def submit(profile, job_file, assignments, target, args, flags, dry_run, wait_, no_snapshot, as_json, state_size):
     """Submit a job: a script (train.py), -m MODULE or a command; its own arguments follow `--`."""
-    from hpc.cluster import fast_tier_fit, status
+    from hpc.cluster import backends, fast_tier_fit, status
     from hpc.cluster.submission import submit as submit_job
 
     effective = resolve(profile, job_file, assignments, target, args, flags)
-    fast = fast_tier_fit.check(effective, state_size)  # a warning before anything is submitted
+
+    def files_of(record):  # the backend is made only if an earlier job is there to read
+        return backends.for_profile(effective.profile).files(record)
+
+    # a warning before anything is submitted; without --state-size, what the last run of this job measured
+    fast = fast_tier_fit.check(effective, state_size, files_of)
     fast_json = {"fast_tier": fast} if fast is not None else {}
     result = submit_job(effective, argv=["hpc", *sys.argv[1:]], take_snapshot=not no_snapshot, dry_run=dry_run)
     if dry_run:

@@ -1,7 +1,9 @@
 """At submit: does the profile's fast tier (checkpoints in node memory, docs/checkpoint-tiers.md) fit in the node
 memory the job gets? The accounting is `hpc estimate-memory`'s (hpc.cluster.estimate), for the state per rank the
-user gives (`hpc submit --state-size`). Not fitting is a warning, not a refusal: in the job a fast save that does
-not fit falls back to the shared tier in one line, and the job never fails for it. Torch-free."""
+user gives (`hpc submit --state-size`), else the one the newest earlier job of the same name and profile measured
+(its timelines' ``progress`` lines: ``fast.bytes``, rank 0's newest fast save). Not fitting is a warning, not a
+refusal: in the job a fast save that does not fit falls back to the shared tier in one line, and the job never
+fails for it. Torch-free."""
 
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ import sys
 from typing import TYPE_CHECKING
 
 from hpc.cluster import estimate as est
+from hpc.cluster import records as jobs
+from hpc.contract import timeline
+from hpc.errors import HpcError
 from hpc.slurm import formats
 
 if TYPE_CHECKING:
@@ -16,6 +21,9 @@ if TYPE_CHECKING:
 
 # the job's strategy keys whose state the fast tier does not write (sharded: the shared tier only)
 SHARDED = ("fsdp", "deepspeed")
+# the timelines of an earlier job read for its measure: an array's first ones (a remote read is an SSH round trip
+# each, and the tasks of one sweep train the same model)
+TASKS_READ = 16
 
 
 def _gib(n: int) -> str:
@@ -33,22 +41,64 @@ def node_memory(job) -> tuple[int, str] | None:
     return None
 
 
-def check(effective: Effective, state_bytes: int | None) -> dict | None:
+def _fast_bytes(events: list[dict]) -> list[int]:
+    """The sizes of the fast saves the ``progress`` lines of a timeline report (``fast.bytes``, above 0)."""
+    out = []
+    for event in events:
+        fast = event.get("fast") if event["event"] == "progress" else None
+        size = fast.get("bytes") if isinstance(fast, dict) else None
+        if isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0:
+            out.append(int(size))
+    return out
+
+
+def measured(name: str, profile: str, files_of, history: int = jobs.EARLIER) -> tuple[int, str] | None:
+    """The state a rank the newest earlier job of this name and profile measured (the largest ``fast.bytes`` in
+    its timelines) and that job's id; None where none of the last ``history`` records did. ``files_of(record)``:
+    the submitting backend's reader of a job's files, as for the lead time (hpc.cluster.lead_time_history). A job
+    whose files cannot be read is passed over; a cluster that cannot be reached ends the search."""
+    for record in jobs.iter_earlier(name, profile, history):
+        try:
+            files = files_of(record)
+            sizes = [n for task in record.tasks[:TASKS_READ]
+                     for n in _fast_bytes(timeline.read(record.job_dir, task, files))]
+        except HpcError:  # the cluster cannot be reached now: the submit will say so itself
+            return None
+        if sizes:
+            return max(sizes), record.job_id
+    return None
+
+
+def _applies(effective: Effective) -> bool:
+    # a sharded strategy's state is not written to the fast tier
+    return effective.profile.fast_tier.enabled and effective.job.strategy not in SHARDED
+
+
+def check(effective: Effective, state_bytes: int | None, files_of=None) -> dict | None:
     """What `hpc submit --json` carries as ``fast_tier``: the bytes per node the fast tier needs for ``state_bytes``
-    a rank, against the node memory the job gets (``fits`` None where it is not known). None where there is nothing
+    a rank, against the node memory the job gets (``fits`` None where it is not known), and where the state size
+    came from (``state_from``: "--state-size", or "job <id>" when ``state_bytes`` is None and ``files_of`` is given:
+    what the newest earlier job of the same name and profile measured, ``measured``). None where there is nothing
     to check: no state size, the fast tier off, or a sharded strategy (not written to the fast tier). Says one
     warning line on stderr when it does not fit."""
     settings, job = effective.profile.fast_tier, effective.job
-    if state_bytes is None or not settings.enabled or job.strategy in SHARDED:
+    if not _applies(effective):
+        return None
+    source, note = "--state-size", ""
+    if state_bytes is None and files_of is not None:
+        found = measured(job.job_name, effective.profile.name, files_of)
+        if found is not None:
+            state_bytes, source, note = found[0], f"job {found[1]}", f" (measured by job {found[1]})"
+    if state_bytes is None:
         return None
     replicas = settings.replicas if job.nodes > 1 else 1  # one node has no next node to keep a copy on
     need = est.fast_tier_node_bytes(state_bytes, replicas)
     memory = node_memory(job)
     fit = {**est.fast_tier_fit(need, memory[0] if memory else None), "state_bytes": state_bytes,
-           "replicas": replicas}
+           "state_from": source, "replicas": replicas}
     if fit["fits"] is False:
         print(f"hpc: warning: the fast tier needs {_gib(need)} of node memory per node ({_gib(state_bytes)} of state "
-              f"a rank x {replicas} replica(s) x {est.FAST_TIER_FOLDERS} folders) and the job gets {memory[1]} "
+              f"a rank{note} x {replicas} replica(s) x {est.FAST_TIER_FOLDERS} folders) and the job gets {memory[1]} "
               f"({_gib(memory[0])}) a node: its saves would fall back to the shared tier; fix: "
               f"{est.FAST_TIER_FIX}, or ask for more memory (--mem)", file=sys.stderr)
     return fit

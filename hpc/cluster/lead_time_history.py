@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import sys
 
 from hpc.cluster import records as jobs
@@ -10,12 +9,11 @@ from hpc.contract.timings import read, shortfall
 from hpc.errors import HpcError
 
 
-def warn_from_history(name: str, profile: str, lead_time: float, files_of, history: int = 50) -> str | None:
+def warn_from_history(name: str, profile: str, lead_time: float, files_of, history: int = jobs.EARLIER
+                      ) -> str | None:
     """At submit: what the newest earlier job of this name and profile measured, if lead_time is too short.
     ``files_of(record)``: the submitting backend's reader of a job's files (the same profile, so the same cluster)."""
-    for record in itertools.islice(jobs.iter_recent(), history):
-        if record.name != name or record.profile != profile:
-            continue
+    for record in jobs.iter_earlier(name, profile, history):
         try:
             timings = read(record.dir, files_of(record))
         except HpcError:  # the cluster cannot be reached now: the submit will say so itself

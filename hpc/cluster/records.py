@@ -267,3 +267,12 @@ def recent(limit: int) -> list[JobRecord]:
     return list(itertools.islice(iter_recent(), limit))
 
 
+EARLIER = 50  # how many of the newest records a submit looks through for earlier runs of the same job
+
+
+def iter_earlier(name: str, profile: str, history: int = EARLIER) -> Iterator[JobRecord]:
+    """Among the newest ``history`` records, those of this job name and profile, newest first: what a submit learns
+    from earlier runs of the same job (hpc.cluster.lead_time_history, hpc.cluster.fast_tier_fit)."""
+    return (r for r in itertools.islice(iter_recent(), history) if r.name == name and r.profile == profile)
+
+

@@ -6,10 +6,16 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from hpc.cluster import estimate as est
+from hpc.cluster import fast_tier_fit
+from hpc.cluster import records as jobs
+from hpc.cluster.backends.base import LocalFiles
+from hpc.contract import timeline
+from hpc.errors import HpcError
 from tests.jobhelpers import hpc
 from tests.unit.test_cli import PROBE
 
@@ -38,7 +44,7 @@ def test_a_fast_tier_that_fits_says_so_in_json_and_nothing_on_stderr(project):
     data, stderr = dry_run(project, "-p", "fast", "-N", "2", "--state-size", "1G")
     # once a node, x 2 replicas (the copy of the previous node's) x 3 folders (2 kept, 1 being written)
     assert data["fast_tier"] == {"bytes_per_node": 6 * GiB, "node_memory_bytes": 8 * GiB, "fits": True,
-                                 "state_bytes": GiB, "replicas": 2}
+                                 "state_bytes": GiB, "state_from": "--state-size", "replicas": 2}
     assert data["fast_tier"]["bytes_per_node"] == est.fast_tier_node_bytes(GiB, 2)  # estimate-memory's formula
     assert "warning" not in stderr, stderr
 
@@ -98,11 +104,96 @@ def test_a_bad_state_size_is_one_line_and_exit_2(project, value, says):
     assert says in lines[0] and "fix:" in lines[0] and "Traceback" not in proc.stderr
 
 
-def test_the_check_imports_no_torch(project):
-    args = ["submit", "--dry-run", "-p", "fast", "-N", "2", "--state-size", "2G", "train.py"]
+@pytest.mark.parametrize("given", [True, False], ids=["--state-size", "measured by the last run"])
+def test_the_check_imports_no_torch(project, monkeypatch, given):
+    if not given:
+        monkeypatch.setenv("XDG_DATA_HOME", str(project / "xdg-data"))
+        _earlier_job(project, "71", name="train", fast_bytes=[2 * GiB])
+    args = ["submit", "--dry-run", "-p", "fast", "-N", "2", "-J", "train", *(["--state-size", "2G"] if given else []),
+            "train.py"]
     env = {**os.environ, "XDG_CONFIG_HOME": str(project / "xdg"), "XDG_DATA_HOME": str(project / "xdg-data")}
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=project, capture_output=True, text=True,
                           timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "HEAVY=", proc.stdout
     assert "hpc: warning: the fast tier needs" in proc.stderr
+    assert ("measured by job 71" in proc.stderr) is not given, proc.stderr
+
+
+# --- without --state-size: what the last run of the same job measured (its timelines' progress lines, fast.bytes) --
+
+def _earlier_job(project, job_id, *, name="train", profile="fast", fast_bytes=(), at=0.0, tasks=None):
+    """A job of the past (its record as `hpc submit` leaves it, test_lead_time.py's way) whose rank 0 reported
+    these sizes of its newest fast save, a progress line each (``tasks``: an array's, each with the same)."""
+    folder = project / f"job-{job_id}"
+    (folder / "tasks").mkdir(parents=True)
+    jobs.save(jobs.JobRecord(job_id=job_id, scheduler="slurm", profile=profile, name=name, job_dir=str(folder),
+                             submitted_at=time.time() - 1000 + at, argv=[], workdir=str(project),
+                             script="job.sbatch", array=tasks))
+    for task in tasks or ["0"]:
+        file = timeline.path(folder, str(task))
+        timeline.append(file, "started", world=8)
+        timeline.append(file, "progress", step=1)  # before the first fast save: no fast field
+        for step, size in enumerate(fast_bytes, 2):
+            timeline.append(file, "progress", step=step, fast={"step": step, "n": 1, "stall_s": 0.1, "replicas": 2,
+                                                                "bytes": size})
+    return folder
+
+
+@pytest.fixture
+def history(project, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(project / "xdg-data"))  # the folder `hpc` gets from tests.jobhelpers
+    return project
+
+
+def test_the_state_size_the_last_run_measured_is_checked_and_named(history):
+    _earlier_job(history, "41", fast_bytes=[GiB, 3 * GiB, 2 * GiB], at=1)  # the largest: 3 GiB
+    _earlier_job(history, "42", fast_bytes=[0], at=2)  # newer, but no fast save measured: passed over
+    unreadable = _earlier_job(history, "43", at=3)
+    timeline.path(unreadable, "0").unlink()
+    timeline.path(unreadable, "0").mkdir()  # its timeline cannot be read: passed over, silently
+    _earlier_job(history, "44", name="other", fast_bytes=[GiB], at=4)  # another job
+    _earlier_job(history, "45", profile="fast-no-mem", fast_bytes=[GiB], at=5)  # the same job on another profile
+    data, stderr = dry_run(history, "-p", "fast", "-N", "2", "-J", "train")
+    assert data["fast_tier"]["state_bytes"] == 3 * GiB and data["fast_tier"]["state_from"] == "job 41"
+    assert data["fast_tier"]["fits"] is False and data["fast_tier"]["bytes_per_node"] == 18 * GiB
+    lines = [line for line in stderr.splitlines() if "fast tier" in line]
+    assert len(lines) == 1 and lines[0].startswith("hpc: warning: the fast tier needs 18.00 GiB"), stderr
+    assert "(3.00 GiB of state a rank (measured by job 41) x 2 replica(s)" in lines[0]
+    assert "skipping" not in stderr and "Traceback" not in stderr, stderr
+    # the other job's measure is its own; the state size given wins over the measured one
+    other, stderr = dry_run(history, "-p", "fast", "-N", "2", "-J", "another")
+    assert "fast_tier" not in other and "warning" not in stderr, stderr
+    given, stderr = dry_run(history, "-p", "fast", "-N", "2", "-J", "train", "--state-size", "1G")
+    assert given["fast_tier"]["state_bytes"] == GiB and given["fast_tier"]["state_from"] == "--state-size"
+    assert given["fast_tier"]["fits"] is True and "warning" not in stderr, stderr
+
+
+def test_a_measure_that_fits_says_so_in_json_only_and_an_array_gives_its_largest(history):
+    _earlier_job(history, "51", fast_bytes=[GiB // 2], tasks=[0, 1])
+    timeline.append(timeline.path(history / "job-51", "1"), "progress", step=9, fast={"bytes": GiB})
+    data, stderr = dry_run(history, "-p", "fast", "-N", "2", "-J", "train")
+    assert data["fast_tier"]["state_bytes"] == GiB and data["fast_tier"]["state_from"] == "job 51"
+    assert data["fast_tier"]["fits"] is True and "warning" not in stderr, stderr
+    # no check where there is nothing to check, measured or not
+    for args in (["-p", "fast", "--strategy", "fsdp"], ["-p", "slurm-local", "--mem", "1G"]):
+        data, stderr = dry_run(history, "-N", "2", "-J", "train", *args)
+        assert "fast_tier" not in data and "warning" not in stderr, stderr
+
+
+def test_a_cluster_out_of_reach_ends_the_search_and_the_look_back_is_bounded(history):
+    _earlier_job(history, "61", fast_bytes=[2 * GiB], at=1)
+    _earlier_job(history, "62", at=2)
+    reads = []
+
+    def files_of(record):
+        reads.append(record.job_id)
+        return LocalFiles(record.dir)
+
+    assert fast_tier_fit.measured("train", "fast", files_of) == (2 * GiB, "61") and reads == ["62", "61"]
+    assert fast_tier_fit.measured("train", "fast", files_of, history=1) is None  # 61 is past the last record
+
+    def out_of_reach(record):
+        raise HpcError("ssh login failed: exit code 255")
+
+    assert fast_tier_fit.measured("train", "fast", out_of_reach) is None
