@@ -13,8 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
-from tests.jobhelpers import hpc, status
+from tests.jobhelpers import hpc, status, submit
+from tests.test_checkpoint import assert_same_run
 from tests.test_preemption_slurm import Job, _finish, _start_straight_runs, _straight_results, project  # noqa: F401
 from tests.test_trust_slurm import _controller_pid
 
@@ -147,6 +149,41 @@ def test_a_lost_node_ends_the_attempt_within_a_minute_and_the_next_excludes_it(p
         assert info["lost_nodes"] == [victim], info
         assert victim in hpc(project, "status", job.id, check=True).stdout
         revive.wait(timeout=180)
+    finally:  # idempotent: nothing happens if it is back already
+        subprocess.run([str(SLURM_LOCAL), "revive-node", victim], capture_output=True, timeout=180)
+
+
+def test_a_hot_spare_takes_a_lost_nodes_place_in_the_same_attempt_and_is_sent_its_fast_tier_folder(project):
+    """A plain srun job of 2 nodes and 1 spare (all of slurm-local's 3), the fast tier on. Node death at step 3:
+    the job script names the lost node, puts the spare in its place and runs the step again within the attempt (no
+    requeue: SLURM's restart count stays 0). The spare is sent the lost rank's fast-tier folder of step 2 by the
+    node that kept its copy (the script's first save_state comes at step 4): one step trained twice, and the run
+    ends bitwise equal to a straight one."""
+    straight = _start_straight_runs(project, {"ddp": SPEC})
+    (project / "hot.yaml").write_text("name: hot\nextends: ./preempt-test.yaml\nfast_tier:\n  enabled: true\n"
+                                      "vetting:\n  enabled: true\n  relative_speed: 0\n")
+    spec = {**SPEC, "hold_at": 3, "project": str(project / "hot"), "out": str(project / "hot.pt")}
+    info = submit(project, "-p", "./hot.yaml", "-N", "2", "--ntasks-per-node", "1", "--spare-nodes", "1", "-J", "hot",
+                  "resume_worker.py", "--", json.dumps(spec))
+    progress, jobid = project / "hot" / "progress", Path(info["job_dir"]) / "tasks" / "0.jobid"
+    _wait_until("3 steps", lambda: progress.exists() and progress.read_text().strip() == "3", 240)
+    victim = (project / "hot" / "host-a0-r1").read_text()  # not the first node, where the batch script runs
+    try:
+        subprocess.run([str(SLURM_LOCAL), "kill-node", victim], check=True, capture_output=True)
+        (project / "hot" / "go").write_text("")  # the step run again passes step 3 (rank 0 held there till the loss)
+        proc = hpc(project, "wait", info["job_id"], timeout=240)
+        logs = hpc(project, "logs", "--all", info["job_id"], check=True).stdout
+        said = "\n".join(line for line in logs.splitlines() if "hpc:" in line)
+        assert proc.returncode == 0 and "COMPLETED" in proc.stdout, proc.stdout + said
+        spare = (project / "hot" / "host-a0-r1").read_text()  # rank 1's node in the step run again
+        assert spare != victim and f"stopped answering: replaced ({victim} by {spare}); the step runs again" in logs, \
+            said
+        assert jobid.read_text().split()[1] == "0", jobid.read_text()  # never requeued
+        assert "(step 2, the peer tier)" in logs, said  # rank 1's folder, from the copy the other node kept
+        assert_same_run(_straight_results(project, straight)["ddp"], torch.load(project / "hot.pt",
+                                                                                  weights_only=False))
+        replaced = status(project, info["job_id"])["replaced_nodes"]
+        assert [(r["lost"], r["by"]) for r in replaced] == [(victim, spare)], replaced
     finally:  # idempotent: nothing happens if it is back already
         subprocess.run([str(SLURM_LOCAL), "revive-node", victim], capture_output=True, timeout=180)
 

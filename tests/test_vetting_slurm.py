@@ -99,8 +99,8 @@ def test_a_spare_takes_a_bad_nodes_place_and_without_one_the_job_requeues_withou
 def test_a_requeued_job_whose_spare_went_back_asks_for_it_again(project):
     """Vetting gives the spare back to the cluster for the attempt; the requeued job gets N + K nodes again, and
     vets them all (on a SLURM that started it on N, the next attempt would have no spare)."""
-    job = submit(project, "-p", "./vetted.yaml", "-N", "2", "--spare-nodes", "1", "allocation.py", "--",
-                 "requeue-once")
+    job = submit(project, "-p", "./vetted.yaml", "-N", "2", "--spare-nodes", "1", "--set", "hot_spares=false",
+                 "allocation.py", "--", "requeue-once")
     done = hpc(project, "wait", job["job_id"], timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     logs = hpc(project, "logs", "--all", job["job_id"], check=True).stdout
@@ -123,7 +123,8 @@ def test_spares_that_slurm_will_not_release_stay_allocated_and_the_job_runs_on_n
                                     f'exec {shutil.which("scontrol")} "$@"\n')
     (shims / "scontrol").chmod(0o755)
     path = {"PATH": f"{shims}{os.pathsep}{os.environ['PATH']}"}
-    job = submit(project, "-p", "./vetted.yaml", "-N", "2", "--spare-nodes", "1", "allocation.py", env=path)
+    job = submit(project, "-p", "./vetted.yaml", "-N", "2", "--spare-nodes", "1", "--set", "hot_spares=false",
+                 "allocation.py", env=path)
     done = hpc(project, "wait", job["job_id"], timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     logs = hpc(project, "logs", "--all", job["job_id"], check=True).stdout

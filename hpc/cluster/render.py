@@ -218,7 +218,8 @@ def _check_spares(job, profile, backend, vetted: bool) -> None:
     if not vetted:
         raise HpcError(f"spare_nodes = {job.spare_nodes} with vetting off: nothing would choose the nodes to run on",
                        fix="drop --spare-nodes, or turn vetting on (--vet, or the profile's vetting.enabled)")
-    # with --elastic (torchrun only) the spares are hot: their agents wait in the rendezvous (_vet_nodes_slurm.j2)
+    # the spares are hot with --elastic (their agents wait in the rendezvous) and with the srun launcher (they wait
+    # allocated, and a lost node's place goes to one: the step runs again); else vetting picks the best N of N+K
 
 
 def _check_min_nodes(job, profile, backend) -> None:
@@ -318,6 +319,10 @@ def render(effective: Effective, job_dir: str | Path, workdir: str | Path | None
         "min_nodes": job.min_nodes,
         "lost_node_after": profile.lost_nodes.after,
         "probe_timeout": profile.lost_nodes.probe_timeout,
+        "hot_plain": job.replaces_lost_nodes,
+        # the tasks each node of the step runs, where each notes its end (srun's: one a rank): once every node that
+        # noted an end noted all of them, the step's other nodes are probed at once, not after lost_nodes.after
+        "tasks_per_node": job.ntasks_per_node if job.launcher == "srun" and not job.elastic else None,
         "rdzv_conf": rdzv_conf(job),
     }
     try:

@@ -73,7 +73,7 @@ def directives(job, profile, job_dir: str, array_spec: str | None) -> list[str]:
     pre = profile.preemption
     d.append(f"--signal=B:{pre.signal}@{pre.lead_time}")
     d.append("--requeue" if pre.requeue else "--no-requeue")
-    if job.elastic:  # a node that fails must not end the job: the other nodes go on without it
+    if job.elastic or job.replaces_lost_nodes:  # a node that fails must not end the job: the others go on without it
         d.append("--no-kill")
     d.extend(profile.sbatch_extra)
     return d

@@ -113,6 +113,7 @@ class ClusterProfile(TrainingSettings, _Repr):
     # checkpoints in node memory, copied to a peer node (hpc.runtime.checkpoint.tiers; docs/checkpoint-tiers.md)
     fast_tier: FastTier = field(default_factory=FastTier)
     spare_nodes: int = _check(checks.non_negative, default=0)  # the job's default
+    hot_spares: bool = True  # the job's default
     min_nodes: int | None = _check(checks.min_nodes, default=None)  # the job's default
     sbatch_extra: list[str] = _check(checks.sbatch_extra, default_factory=list)
     template: str | None = _check(checks.safe_value, default=None)
@@ -171,6 +172,9 @@ class JobSpec(TrainingSettings, _Repr):
     max_restarts: int = _check(checks.non_negative, default=0)
     # nodes allocated beyond `nodes`: vetting starts the job on the best `nodes` of them
     spare_nodes: int = _check(checks.non_negative, default=0)
+    # an srun job's spares stay allocated through the job, a lost node's place going to one (false: vetting gives
+    # them back to the cluster); an elastic job's always wait in its rendezvous
+    hot_spares: bool = True
     # a requeue that cannot get `nodes` fit nodes (nodes excluded for the job's life) runs on down to this many;
     # resolved, it is None or below `nodes` (min_nodes = nodes is the job without it, and resolves to None)
     min_nodes: int | None = _check(checks.min_nodes, default=None)
@@ -203,6 +207,12 @@ class JobSpec(TrainingSettings, _Repr):
         lo, hi = self.elastic.split(":")
         return int(lo), int(hi)
 
+    @property
+    def replaces_lost_nodes(self) -> bool:
+        """A plain srun job with spare nodes keeps them allocated, idle: a lost node's place goes to one and the step
+        runs again within the attempt (an elastic job's spares wait in torch's rendezvous instead)."""
+        return bool(self.spare_nodes) and self.hot_spares and not self.elastic and self.launcher == "srun"
+
 
 # job key <- profile key: the profile's value is the job's default
 PROFILE_DEFAULTS = {
@@ -219,6 +229,7 @@ PROFILE_DEFAULTS = {
     "launcher": "launcher",
     "cpu_bind": "cpu_bind",
     "spare_nodes": "spare_nodes",
+    "hot_spares": "hot_spares",
     "min_nodes": "min_nodes",
     "output_dir": "output_dir",
     "template": "template",
