@@ -4,6 +4,7 @@ node mid-run; its survivor goes on alone, or with a hot spare in the lost node's
 
     scripts/slurm-local up && export SLURM_CONF=/tmp/hpc-slurm/etc/slurm.conf
     python scripts/bench/elastic_node_loss.py [--repeat 5] [--how kill-tasks kill-node] [--spare-nodes 1]
+    python scripts/bench/elastic_node_loss.py --launcher srun --how kill-node --spare-nodes 1 [--fast-tier]
 
 Each run submits tests/elastic_worker.py (--elastic 1:2, one process a node, a checkpoint every 5 steps by the
 script's save_state, 0.2 s a step until the node goes), kills the second node once step 6 is done
@@ -19,7 +20,9 @@ then reads back (KEEP=folder keeps each job folder):
   redone     steps trained twice (the worker's own step log: the last step before the kill, less the step the
              next round resumed from)
 All seconds from the kill. --fast-tier turns on the checkpoint tier in node memory (every step, a copy on the next
-node). A killed node is revived after its run.
+node). --launcher srun: a plain (not elastic) job of 2 nodes, one rank each; with --spare-nodes its job script puts
+a spare in a lost node's place and runs the step again ("failed": the survivor's `ended` line, its exception). A
+killed node is revived after its run.
 """
 
 from __future__ import annotations
@@ -93,8 +96,17 @@ def _next_round(job_dir: str, killed: float) -> dict:
     return out
 
 
+def _survivor_failed_at(job_dir: str, killed: float) -> float:
+    """A plain job's survivor: its timeline's first `ended` line after the kill (the exception of a lost peer)."""
+    for line in Path(job_dir, "tasks", "0.timeline").read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "ended" and event["t"] > killed:
+            return event["t"]
+    return float("nan")
+
+
 def one_run(folder: Path, how: str, spares: int = 0, sleep: float = 0.2, save_every: int = 5,
-            fast_tier: bool = False) -> dict:
+            fast_tier: bool = False, launcher: str = "torchrun") -> dict:
     shutil.copy(WORKER, folder)
     shutil.copy(WORKER.with_name("shape_worker.py"), folder)  # its sample log
     run = folder / "el"
@@ -104,8 +116,9 @@ def one_run(folder: Path, how: str, spares: int = 0, sleep: float = 0.2, save_ev
     (folder / "bench.yaml").write_text("name: bench\nextends: slurm-local\n"
                                        + ("vetting:\n  enabled: true\n  relative_speed: 0\n" if spares else "")
                                        + ("fast_tier:\n  enabled: true\n" if fast_tier else ""))
-    proc = hpc(folder, "submit", "--json", "-p", "bench.yaml", "--launcher",
-               "torchrun", "--nproc", "1", "--elastic", "1:2", "--max-restarts", "3", "--time", "5", "-J", "el",
+    how_launched = ["--launcher", "torchrun", "--nproc", "1", "--elastic", "1:2", "--max-restarts", "3"] \
+        if launcher == "torchrun" else ["--launcher", "srun", "-N", "2", "--ntasks-per-node", "1"]
+    proc = hpc(folder, "submit", "--json", "-p", "bench.yaml", *how_launched, "--time", "5", "-J", "el",
                *(["--spare-nodes", str(spares)] if spares else []), "elastic_worker.py", "--", json.dumps(spec))
     if proc.returncode != 0:
         raise SystemExit(f"the submit failed: {proc.stderr}")
@@ -135,7 +148,9 @@ def one_run(folder: Path, how: str, spares: int = 0, sleep: float = 0.2, save_ev
         first = max(i for i, (s, t) in enumerate(rows) if s == after["step"] and t <= after["trained_at"])
         logs = "".join(p.read_text(errors="replace") for p in Path(info["job_dir"], "logs").glob("node*"))
         nxt = _next_round(info["job_dir"], killed)
-        return {"failed": _agent_failed_at(logs, killed) - killed,
+        failed = _agent_failed_at(logs, killed) if launcher == "torchrun" else \
+            _survivor_failed_at(info["job_dir"], killed)
+        return {"failed": failed - killed,
                 "spawned": nxt["started"]["proc_start"] - killed if "started" in nxt else float("nan"),
                 "ready": nxt["started"]["t"] - killed if "started" in nxt else float("nan"),
                 "trained": after["trained_at"] - killed, "done": done - killed,
@@ -154,20 +169,24 @@ def main() -> None:
     parser.add_argument("--sleep", type=float, default=0.2, help="seconds a step until the node goes")
     parser.add_argument("--save-every", type=int, default=5, help="a checkpoint every N steps")
     parser.add_argument("--fast-tier", action="store_true", help="checkpoints in node memory every step too")
+    parser.add_argument("--launcher", choices=["torchrun", "srun"], default="torchrun",
+                        help="torchrun: an elastic job (1:2); srun: a plain job of 2 nodes")
     args = parser.parse_args()
     rows = []
     for how in args.how:
         runs = []
         for _ in range(args.repeat):
             with tempfile.TemporaryDirectory(prefix="elastic-bench-") as tmp:
-                one = one_run(Path(tmp), how, args.spare_nodes, args.sleep, args.save_every, args.fast_tier)
+                one = one_run(Path(tmp), how, args.spare_nodes, args.sleep, args.save_every, args.fast_tier,
+                              args.launcher)
                 if one is not None:
                     runs.append(one)
                     print(json.dumps(one), file=sys.stderr)
         rows.append((how, runs))
     keys = ("failed", "spawned", "ready", "trained", "done", "redone")
     tier = ", fast tier" if args.fast_tier else ""
-    print(f"| node loss ({args.repeat} runs, {args.spare_nodes} spare(s){tier}; median [min-max] s after the kill) | "
+    print(f"| node loss ({args.launcher}, {args.repeat} runs, {args.spare_nodes} spare(s){tier}; median [min-max] s "
+          "after the kill) | "
           + " | ".join(keys) + " | world after |")
     print("|---|" + "---|" * (len(keys) + 1))
     for how, runs in rows:
