@@ -4,6 +4,7 @@ and a shared-tier save, and the folder goes at the run's end. Two ranks resuming
 tests/test_fast_tier_slurm.py; a requeue reading it: tests/test_checkpoint.py's local requeue."""
 
 import os
+import shutil
 import threading
 import types
 
@@ -308,3 +309,90 @@ def test_a_drain_copies_the_newest_into_the_shared_tier_committed_and_leaves_a_s
     tier.save(2, _meta(2), drain_into=shared.step_dir(2))
     tier.wait()
     assert list(shared.step_dir(2).iterdir()) == [] and len(heard) == 1
+
+
+class _Wire:
+    """Two ranks in threads, each its node's memory: the gather and the fetch a resume makes (every rank calls
+    both, in the same order)."""
+
+    def __init__(self, nodes: list[NodeStore]):
+        self.nodes, self.barrier, self.slots, self.sent = nodes, threading.Barrier(len(nodes)), {}, {}
+
+    def gather(self, rank: int, obj) -> list:
+        self.slots[rank] = obj
+        self.barrier.wait()
+        out = [self.slots[r] for r in range(len(self.nodes))]
+        self.barrier.wait()
+        return out
+
+    def fetch(self, rank: int, step: int, moves: list, folder_of) -> dict:
+        for holder, needer, saved in moves:
+            if holder == rank:
+                self.sent[(needer, saved)] = folder_of(saved).path
+        self.barrier.wait()
+        got = {}
+        for _, needer, saved in moves:
+            if needer == rank:
+                into = self.nodes[rank].store("peer", saved).step_dir(step)
+                shutil.copytree(self.sent[(needer, saved)], into)
+                got[saved] = into
+        self.barrier.wait()
+        return got
+
+
+def _two_nodes_saved(base, steps=(1, 2)) -> list[NodeStore]:
+    """Ranks 0 and 1 of a run of 2 (a node each) saved ``steps``; each node keeps a copy of the other's folders."""
+    nodes = []
+    for rank in (0, 1):
+        node = NodeStore(base / f"node{rank}", "41")
+        (base / f"node{rank}").mkdir()
+        node.open()
+        tier = FastTier(node, rank, 2, 1, TrainingState(models=[torch.nn.Linear(4, 2)]),
+                        types.SimpleNamespace(scaler=None), types.SimpleNamespace(unwrap=lambda m: m),
+                        FastTierSettings(enabled=True), "41")
+        for step in steps:
+            tier.save(step, _meta(step))
+            tier.wait()
+        nodes.append(node)
+    for rank, node in enumerate(nodes):
+        for step in steps:
+            shutil.copytree(node.store("own", rank).step_dir(step), nodes[1 - rank].store("peer", rank).step_dir(step))
+    return nodes
+
+
+def _resume(nodes: list[NodeStore], world: int) -> list:
+    wire, out = _Wire(nodes), [None] * len(nodes)
+
+    def one(rank):
+        out[rank] = choice.choose(nodes[rank], "41", rank, lambda o: wire.gather(rank, o), world,
+                                  lambda s, m, f: wire.fetch(rank, s, m, f))
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(len(nodes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return out
+
+
+def test_a_damaged_folder_is_fetched_from_the_node_that_kept_a_good_copy_not_the_step_given_up(tmp_path, capsys):
+    nodes = _two_nodes_saved(tmp_path)
+    damaged = nodes[0].store("own", 0).step_dir(2) / "model_0.pt"
+    raw = bytearray(damaged.read_bytes())
+    raw[-20] ^= 0xFF
+    damaged.write_bytes(bytes(raw))
+    first, second = _resume(nodes, 2)
+    assert "skipping the fast-tier checkpoint" in capsys.readouterr().err
+    # rank 0 reads step 2 all the same: node 1's copy of its folder, sent over (before: step 1, a step trained again)
+    assert (first.step, first.tier) == (2, "peer") and first.path == nodes[0].store("peer", 0).step_dir(2)
+    assert (second.step, second.tier, second.path) == (2, "peer", nodes[1].store("own", 1).step_dir(2))
+    assert manifest.check(first.path, manifest.read(first.path)) is None
+
+
+def test_after_a_lost_node_the_survivor_alone_reads_the_lost_ranks_folders_its_node_kept(tmp_path, capsys):
+    """An elastic shrink: node 0 is gone and node 1's rank is rank 0 of a world of 1. It reads saved rank 0's
+    folder, the copy node 1 kept (rank 0's streams, the model), with a line saying the world size changed."""
+    nodes = _two_nodes_saved(tmp_path)
+    (only,) = _resume(nodes[1:], 1)
+    assert (only.step, only.tier, only.path, only.part) == (2, "peer", nodes[1].store("peer", 0).step_dir(2), None)
+    assert "step 2 was saved at world size 2, this run has 1" in capsys.readouterr().err

@@ -134,6 +134,7 @@ class FastSaves:
         except Exception as e:  # noqa: BLE001 - a holder gone, the group's timeout: this step is not read
             print(f"hpc: rank {self.process.rank}: fetching fast-tier folders of step {step} failed: "
                   f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            self._fetch_group = None  # sends left unmatched must not meet the next round's receives
             return {}
 
     def settle(self, step: int) -> None:

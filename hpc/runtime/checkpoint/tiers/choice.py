@@ -118,6 +118,7 @@ def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = Non
     where = f"{socket.gethostname()}:{node.path}"  # the ranks of one node (one memory) share it
     usable = held(node, job)
     refused: set[Path] = set()
+    refused_before = 0
     while True:
         offers = sorted({(h.saved_rank, h.step, h.world, h.whole_in) for h in usable if h.path not in refused})
         everyone = gather((where, offers))
@@ -152,7 +153,12 @@ def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = Non
             if all(k is not None for k in kinds):
                 return Choice(step, whole.path, "node" if all(k == "own" for k in kinds) else "peer",
                               part=pick.path if pick is not None and whole is not pick else None)
-        usable = [h for h in usable if (h.step, h.world) != point]  # some rank has no good folder here: older
+        # some rank has no good folder here: planned again without the folders found damaged (another node's copy
+        # may serve), else an older point
+        refusals = len(refused)
+        if not any(gather(refusals > refused_before)):
+            usable = [h for h in usable if (h.step, h.world) != point]
+        refused_before = refusals
 
 
 def _whole(node: NodeStore, job: str, point: tuple[int, int], refused: set[Path], want: int, rank: int, where: str,

@@ -73,12 +73,14 @@ def transfer(group, rank: int, moves: list[tuple[int, int, int]], folder_of, rec
     each holder sends its folder of the saved rank (``folder_of(saved) -> Held | None``; none: an empty message),
     each needer receives it and commits it (``receive_into(step, saved rank)``) once every file matches its
     checksum. Returns what this rank received: {saved rank: folder}."""
-    keep, sends, received = [], [], {}
+    keep, sends, received, packed = [], [], {}, {}
     for holder, needer, saved in moves:
         if holder != rank:
             continue
-        held = folder_of(saved)
-        payload = _pack(held.path) if held is not None else bytearray()
+        if saved not in packed:  # one buffer a folder, however many nodes it goes to (a grow: several)
+            held = folder_of(saved)
+            packed[saved] = _pack(held.path) if held is not None else bytearray()
+        payload = packed[saved]
         size = torch.tensor([len(payload)], dtype=torch.int64)
         keep.append((payload, size))
         sends.append(dist.isend(size, needer, group=group))
