@@ -184,6 +184,10 @@ def test_a_hot_spare_takes_a_lost_nodes_place_in_the_same_attempt_and_is_sent_it
                                                                                   weights_only=False))
         replaced = status(project, info["job_id"])["replaced_nodes"]
         assert [(r["lost"], r["by"]) for r in replaced] == [(victim, spare)], replaced
+        report = json.loads(hpc(project, "report", "--json", info["job_id"], check=True).stdout)
+        (recovery,) = report["tasks"][0]["recoveries"]
+        assert (recovery["lost"], recovery["spare"], recovery["tier"]) == ([victim], spare, "peer"), recovery
+        assert report["totals"]["redone_steps"] == 1, report["totals"]  # step 3: the fast tier had step 2
     finally:  # idempotent: nothing happens if it is back already
         subprocess.run([str(SLURM_LOCAL), "revive-node", victim], capture_output=True, timeout=180)
 
