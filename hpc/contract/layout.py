@@ -54,6 +54,8 @@ class TaskFile:
     END = "end"  # end.<node>.<rank>: how each task's program ended (a lost node notes nothing)
     RANK_SHIM = "deepspeed.py"  # the script DeepSpeed's slurm runner starts as each rank (deepspeed.sbatch.j2)
     LOST_NODES = "lost_nodes"  # nodes that stopped answering, a line per loss
+    # "<lost> by <spare>[, ...]" a line per loss a hot spare took the place of (the step ran again in the attempt)
+    REPLACED = "replaced"
     SAVES = "saves"  # a self-resuming script's checkpoints, a JSON line each (hpc/runtime/checkpoint/script_resume.py)
     # how often hpc itself requeued the task (the warning signal, a hang, a lost node), one number written whole:
     # max_requeues counts these only, never SLURM's own requeues for preemption (SLURM_RESTART_COUNT counts both)

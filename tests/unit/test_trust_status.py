@@ -236,6 +236,11 @@ def test_a_node_lost_in_this_attempt_is_blamed_before_the_survivor_that_failed_a
     state = slurm_says().states([job])[job.job_dir]["0"]
     assert state.reason.startswith("node(s) node2 left first: no process there noted an end (killed, or the node "
                                    "died); then torchrun's agent on node1 (node 0) failed (exit 1)"), state.reason
+    replaced = folder / f"0.{layout.TaskFile.REPLACED}"
+    replaced.write_text("node2 by node4\n")  # a hot spare took its place: the run that failed after never had it
+    state = slurm_says().states([job])[job.job_dir]["0"]
+    assert state.reason.startswith("torchrun's agent on node1 (node 0) failed first (exit 1)"), state.reason
+    replaced.unlink()
     os.utime(lost, (time.time() - 30, time.time() - 30))  # lost before this attempt began
     state = slurm_says().states([job])[job.job_dir]["0"]
     assert state.reason.startswith("torchrun's agent on node1 (node 0) failed first (exit 1)"), state.reason

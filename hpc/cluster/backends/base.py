@@ -339,14 +339,19 @@ def describe_failure(first: ProcessEnd, ends: list[ProcessEnd], launcher: str | 
 def left_first(files, task: str, names: list[str], ends: list[ProcessEnd]) -> list[str]:
     """The nodes the task's latest attempt lost, none of whose processes noted an end: they left before any other
     process failed, which a survivor's failure must not hide (it would read as the cause). The attempt's loss is
-    the last line of tasks/<task>.lost_nodes when that file is newer than the attempt's jobid file."""
+    the last line of tasks/<task>.lost_nodes when that file is newer than the attempt's jobid file, and than its
+    replaced file (a hot spare took the node's place, and the step ran again without it)."""
     mtime = getattr(files, "mtime", None)
-    lost, started = (f"{layout.TASKS}/{task}.{kind}" for kind in (layout.TaskFile.LOST_NODES, layout.TaskFile.JOBID))
+    lost, started, replaced = (f"{layout.TASKS}/{task}.{kind}" for kind in (
+        layout.TaskFile.LOST_NODES, layout.TaskFile.JOBID, layout.TaskFile.REPLACED))
     if mtime is None or lost.rpartition("/")[2] not in names:
         return []
     lost_at, started_at = mtime(lost), mtime(started)
     if lost_at is None or started_at is None or lost_at < started_at:
         return []  # lost in an earlier attempt (which excluded it since)
+    replaced_at = mtime(replaced) if replaced.rpartition("/")[2] in names else None
+    if replaced_at is not None and replaced_at >= lost_at:
+        return []  # a spare took its place: the run whose ends these are never had it
     lines = (files.read(lost) or b"").decode(errors="replace").split()
     noted = {e.host for e in ends}
     return [n for n in lines[-1].split(",") if n and n not in noted] if lines else []
