@@ -193,3 +193,36 @@ def test_an_elastic_shrink_after_a_lost_node_resumes_from_the_fast_tier_as_the_s
     fast, plain = torch.load(run["out"], weights_only=False), torch.load(reference["out"], weights_only=False)
     assert [row[0] for row in fast["losses"]] == list(range(1, 17)), "a step was lost or repeated"
     assert_same_run(plain, fast)
+
+
+def test_a_sharded_models_ranks_each_keep_their_own_shards_and_a_lost_nodes_come_back_from_the_copy(tmp_path):
+    """FSDP on 2 ranks that stand for 2 nodes: each rank's folder holds its own shards of the model and optimizer
+    (format "shard", plain tensors), and the next node keeps a copy. Node 1 is lost with its memory at step 7; the
+    resume reads rank 1's shards of step 6 from the copy node 0 kept (the shared tier has step 4) and trains on to
+    the same losses and weights as a straight run."""
+    spec = {**SPEC, "strategy": "fsdp"}
+    start_straight_run(spec, tmp_path)
+    memory = tmp_path / "shm"
+    memory.mkdir()
+    (tmp_path / "job" / "tasks").mkdir(parents=True)
+    RuntimeConfig(fast_tier=FastTier(enabled=True, directory=str(memory))).write(tmp_path / "runtime.json")
+    run = {**spec, "project": str(tmp_path / "z"), "out": str(tmp_path / "z.pt"), "crash_at": 7}
+    port = 39000 + os.getpid() % 2000
+    crashed = _two_nodes(tmp_path, run, port)
+    assert all(p.returncode != 0 and "planned crash at step 7" in p.stderr for p in crashed), crashed[0].stderr[-2000:]
+    job = memory / f"hpc-{os.getuid()}-job"
+    shards = {}
+    for rank in (0, 1):
+        data = json.loads((job / "own" / f"rank-{rank}" / "step-6" / "manifest.json").read_text())
+        assert data["format"] == "shard" and "model_0.pt" in data["files"] and "optimizer_0.pt" in data["files"]
+        shards[rank] = torch.load(job / "own" / f"rank-{rank}" / "step-6" / "model_0.pt", weights_only=True)
+    assert (job / "peer" / "rank-1" / "step-6" / "manifest.json").exists()
+    # each rank saved its half of the first layer's weight (32 rows of 8 sharded over 2 ranks), not the whole
+    assert {tuple(t["0.weight"].shape) for t in shards.values()} == {(16, 8)}, shards
+    for gone in (job / "own" / "rank-1", job / "peer" / "rank-0"):
+        shutil.rmtree(gone)
+    resumed = _two_nodes(tmp_path, run, port + 1, restart=1)
+    assert all(p.returncode == 0 for p in resumed), resumed[0].stderr[-3000:] + resumed[1].stderr[-3000:]
+    said = [line for line in resumed[0].stderr.splitlines() if "resumed from" in line]
+    assert len(said) == 1 and "(step 6, the peer tier)" in said[0], resumed[0].stderr[-3000:]
+    assert_same_run(straight_run(spec, tmp_path), torch.load(tmp_path / "z.pt", weights_only=False))

@@ -402,7 +402,8 @@ class Checkpointer:
         self.wait()
         states = self.states
         data = manifest.read(folder)
-        if data.get("format") != self.format.name:
+        shards = data.get("format") == manifest.SHARD and hasattr(self.format, "load_local")  # a fast-tier folder
+        if data.get("format") != self.format.name and not shards:
             raise HpcError(f"{folder} holds a '{data.get('format')}' checkpoint; this job saves '{self.format.name}'",
                            fix="load it with the strategy that wrote it, or convert it with `hpc merge-weights`")
         saved_world = _saved_world(data, self.world)
@@ -415,7 +416,7 @@ class Checkpointer:
         # every file is read before any state changes: a refused one leaves the training state as it was
         mine = folder if not self.alone or self.rank == 0 else self._own_part(data)
         extras = self._read_extras(folder, mine)
-        self.format.load(folder, states.models, states.optimizers)
+        (self.format.load_local if shards else self.format.load)(folder, states.models, states.optimizers)
         for sched, state in zip(states.schedulers, extras["schedulers"]):
             sched.load_state_dict(state)
         if extras.get("scaler") is not None:

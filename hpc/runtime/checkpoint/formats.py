@@ -182,16 +182,33 @@ class DcpFormat:
         """torch's StateDictOptions for the optimizers' state (None: its defaults)."""
         return None
 
+    def local_state(self, models, optimizers) -> dict:
+        """This rank's shards as files of plain tensors (the fast tier's folder; local_shards.py)."""
+        from hpc.runtime.checkpoint import local_shards
+
+        return local_shards.state(self, models, optimizers)
+
+    def load_local(self, folder: Path, models, optimizers) -> None:
+        from hpc.runtime.checkpoint import local_shards
+
+        self._set(local_shards.read(self, folder, models, optimizers, self.strategy.state.device), models, optimizers)
+
+    def _set(self, state: dict, models, optimizers) -> None:
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
+
+        for i, model in enumerate(models):
+            set_model_state_dict(model, state[f"model_{i}"])
+        for i, opt in enumerate(optimizers):
+            opt = _unwrapped(opt)
+            set_optimizer_state_dict(_owner(opt, models), opt, state[f"optimizer_{i}"],
+                                     options=self.optimizer_options())
+
     def whole_keys(self, model_state: dict) -> set | None:
         """The whole model's keys where this rank holds a part (a pipeline stage); None: this rank's are all."""
         return None
 
     def load(self, folder: Path, models, optimizers) -> None:
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import (
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
 
         from hpc.runtime.checkpoint import dcp_safe
 
@@ -205,12 +222,7 @@ class DcpFormat:
         planner = dcp_safe.SafeLoadPlanner()
         dcp_safe.loading(folder / self.folder, lambda: dcp.load(
             state, storage_reader=dcp_safe.SafeReader(str(folder / self.folder)), planner=planner), planner)
-        for i, model in enumerate(models):
-            set_model_state_dict(model, state[f"model_{i}"])
-        for i, opt in enumerate(optimizers):
-            opt = _unwrapped(opt)
-            set_optimizer_state_dict(_owner(opt, models), opt, state[f"optimizer_{i}"],
-                                     options=self.optimizer_options())
+        self._set(state, models, optimizers)
 
 
 class DeepSpeedFormat:

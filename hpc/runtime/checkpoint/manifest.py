@@ -26,7 +26,10 @@ FORMATS = ("full", "dcp", "deepspeed")
 # the fast tier's folder of a rank not first on its node: its random streams and readers only, the replicated state
 # being in its node's first rank's folder (tiers/fast_tier.py); never a checkpoint to load by itself
 PART = "part"
-FAST_TIER_FORMATS = ("full", PART)  # what a fast-tier folder may hold (checked with formats=)
+# the fast tier's folder of a rank of a sharded model (FSDP): its own shards as plain tensors, with its streams and
+# readers; read back at the same world size and layout only (checkpoint/local_shards.py)
+SHARD = "shard"
+FAST_TIER_FORMATS = ("full", PART, SHARD)  # what a fast-tier folder may hold (checked with formats=)
 _CHUNK = 8 << 20
 _CRC = re.compile(r"^[0-9a-f]{8}$")
 

@@ -41,9 +41,11 @@ class FastSaves:
         if problems:
             self._say(f"fast tier off: {problems[0]}")
             return
+        fmt = checkpoints.checkpointer.format
         self.fast = FastTier(node, process.rank, process.world_size, process.env.local_world_size,
                              checkpoints.training, checkpoints.precision, checkpoints.strategy, settings, job,
-                             local_rank=process.local_rank)
+                             local_rank=process.local_rank,
+                             shards=fmt if hasattr(fmt, "local_state") else None)
         self._drained_step, self._drained_at = 0, time.monotonic()
         if process.is_main_process:
             self.fast.drained = self._drained
@@ -67,15 +69,16 @@ class FastSaves:
             if stopping:
                 fast.wait()
             return
-        if not self.checkpoints.checkpointer.alone:
-            fast.off = "sharded state (FSDP, DeepSpeed) is saved to the shared tier only"
+        if not self.checkpoints.checkpointer.alone and fast.shards is None:
+            fast.off = "DeepSpeed's state is saved to the shared tier only"
             self._say(f"fast tier off: {fast.off}")
             return
         fast.wait()
         if fast.fallback_due:
             save_shared(fast.fell_back())
             return
-        fast.save(step, self.checkpoints.meta(), drain_into=self._drain_into(step))
+        # a sharded model's folders are no shared-tier checkpoint (that one is DCP's): not drained
+        fast.save(step, self.checkpoints.meta(), drain_into=self._drain_into(step) if fast.shards is None else None)
         if stopping:
             fast.wait()
 

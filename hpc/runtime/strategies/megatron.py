@@ -283,6 +283,12 @@ class MegatronStrategy(Strategy):
             def load(self, folder, models, optimizers):
                 return super().load(folder, [strategy.unwrap(m) for m in models], optimizers)
 
+            def local_state(self, models, optimizers):  # the fast tier's: this rank's shards of its stage
+                return super().local_state([strategy.unwrap(m) for m in models], optimizers)
+
+            def load_local(self, folder, models, optimizers):
+                return super().load_local(folder, [strategy.unwrap(m) for m in models], optimizers)
+
             def optimizer_options(self):
                 # each parameter's group settings under its own name: a stage's groups hold only its parameters,
                 # and a saved group (written by one rank) names only one stage's (torchtitan's choice too)

@@ -12,7 +12,8 @@ hot spare in a lost node's place, a node that came back empty, a node whose rank
 restart at another world size) is sent it by the lowest rank holding it (``fetch``: checked against its checksums
 as it arrives, committed as a peer copy), once a node. So an elastic job that lost a node resumes from the fast
 tier at its new size, exact by the same rules as a resume of the shared tier at another world size. A folder whose
-files do not match their checksums is skipped with a line, and the ranks agree again. The fast tier's step wins
+files do not match their checksums is skipped with a line, and the ranks agree again. A sharded model's folders
+(each rank's own shards, format "shard") are read at the world size they were saved at only. The fast tier's step wins
 over the shared tier's when it is as new or newer (memory reads faster than the shared filesystem); else, or with
 no common step, the shared tier.
 """
@@ -36,6 +37,7 @@ class Held:
     path: Path
     world: int
     whole_in: int  # the saved rank whose folder holds the replicated state (this one's for a "full" folder)
+    sharded: bool = False  # a rank's own shards (FSDP): read at the world size it was saved at only
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ def _ours(data: dict, path: Path, kind: str, saved_rank: int, step: int, job: st
     whole_in = data.get("whole_in") if part else saved_rank
     if not isinstance(whole_in, int) or isinstance(whole_in, bool) or (part and whole_in == saved_rank):
         return None
-    return Held(step, kind, saved_rank, path, int(data.get("world_size", 0)), whole_in)
+    return Held(step, kind, saved_rank, path, int(data.get("world_size", 0)), whole_in,
+                data["format"] == manifest.SHARD)
 
 
 def _preference(rank: int):
@@ -116,7 +119,7 @@ def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = Non
     rank)``: this rank's checked folder of it to send, or None), returning the folders this rank received. None
     (fetch None: only folders a rank's own node holds): no step whose folders every rank needs some rank holds."""
     where = f"{socket.gethostname()}:{node.path}"  # the ranks of one node (one memory) share it
-    usable = held(node, job)
+    usable = [h for h in held(node, job) if not h.sharded or world is None or h.world == world]
     refused: set[Path] = set()
     refused_before = 0
     while True:

@@ -7,8 +7,9 @@ peer node (replication.py) and purges the older ones. The replicated state (a DD
 is written once a node, by its first local rank, beside that rank's random streams and stream readers; every other
 rank's folder holds its own streams and readers only (format "part", naming the rank whose folder holds the rest),
 so a node of 8 ranks keeps one copy of the model and optimizer, not 8;
-a drain into the shared tier copies rank 0's folder and every other rank's streams and readers beside it;
-sharded state (FSDP, DeepSpeed) is not written to this tier (said once at the start).
+a drain into the shared tier copies rank 0's folder and every other rank's streams and readers beside it. A sharded
+model (FSDP) has every rank write its own shards (format "shard", checkpoint/local_shards.py), not drained;
+DeepSpeed's state is not written to this tier (said once at the start).
 
 A save that does not fit (the tier's free memory below what it needs) or that fails writing turns the tier off for
 the rest of the run: every rank learns it at the next save (one all-reduce in the thread), the run guard saves to
@@ -60,11 +61,14 @@ class FastTier:
     a checkpoint records of the loop (TrainingCheckpoints' meta)."""
 
     def __init__(self, node: NodeStore, rank: int, world: int, local_world: int, training, precision, strategy,
-                 settings, job: str, local_rank: int = 0):
+                 settings, job: str, local_rank: int = 0, shards=None):
         self.node, self.rank, self.world, self.local_world = node, rank, world, local_world
+        # a sharded model (FSDP): ``shards`` is its checkpoint format, which gives each rank's own shards; every
+        # rank's folder then holds its part of the model and optimizer (format "shard"), nothing is replicated
+        self.shards = shards
         # the rank whose folder holds this node's copy of the replicated state: ranks are numbered node by node (as
         # srun's block distribution and torchrun number them; replication's next-node rule assumes it too)
-        self.writer = rank - local_rank
+        self.writer = rank if shards is not None else rank - local_rank
         self.training, self.precision, self.strategy, self.settings = training, precision, strategy, settings
         self.job = job
         self.saves = Saves()
@@ -117,7 +121,8 @@ class FastTier:
                             f"training {_size(HEADROOM_KEPT)} beside it (tmpfs pages count against the limit: "
                             "the kernel would kill the job)")
             staged = None
-        meta = {**meta, "world_size": self.world, "format": "full" if self.whole else "part", "rank": self.rank,
+        kind = manifest.SHARD if self.shards is not None else "full" if self.whole else manifest.PART
+        meta = {**meta, "world_size": self.world, "format": kind, "rank": self.rank,
                 "whole_in": self.writer, "job": self.job, "uid": self.node.uid}
         self._idle.clear()
         if self._thread is None:
@@ -140,9 +145,12 @@ class FastTier:
         """The state as the checkpointer names its files, copied where training cannot change it."""
         training, rank = self.training, self.rank
         state = {}
-        if self.whole:
+        if self.shards is not None:
+            state = self.shards.local_state(training.models, training.optimizers)
+        elif self.whole:
             state = {f"model_{i}.pt": self.strategy.unwrap(m).state_dict() for i, m in enumerate(training.models)}
             state.update({f"optimizer_{i}.pt": o.state_dict() for i, o in enumerate(training.optimizers)})
+        if self.whole:
             state.update({f"scheduler_{i}.pt": s.state_dict() for i, s in enumerate(training.schedulers)})
             state.update({f"custom_{i}.pt": o.state_dict() for i, o in enumerate(training.custom_objects)})
             if self.precision.scaler is not None:
@@ -153,7 +161,7 @@ class FastTier:
             state[f"loaders/rank{rank}.pt"] = readers
         deferred = self._deferred
         sources = deferred.sources([self.strategy.unwrap(m) for m in training.models],
-                                   training.optimizers) if self.whole else set()
+                                   training.optimizers) if self.whole and self.shards is None else set()
         later = (lambda t, buf: t.data_ptr() in sources and (deferred.defer(t, buf) or True)) if sources else None
         staged = self._staging.copy(state, "fast", later)
         self._staging.synchronize()
