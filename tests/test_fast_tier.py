@@ -215,6 +215,7 @@ def test_a_sharded_models_ranks_each_keep_their_own_shards_and_a_lost_nodes_come
     for rank in (0, 1):
         data = json.loads((job / "own" / f"rank-{rank}" / "step-6" / "manifest.json").read_text())
         assert data["format"] == "shard" and "model_0.pt" in data["files"] and "optimizer_0.pt" in data["files"]
+        assert data["layout"] and data["world_size"] == 2, data
         shards[rank] = torch.load(job / "own" / f"rank-{rank}" / "step-6" / "model_0.pt", weights_only=True)
     assert (job / "peer" / "rank-1" / "step-6" / "manifest.json").exists()
     # each rank saved its half of the first layer's weight (32 rows of 8 sharded over 2 ranks), not the whole

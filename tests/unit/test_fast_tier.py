@@ -396,3 +396,36 @@ def test_after_a_lost_node_the_survivor_alone_reads_the_lost_ranks_folders_its_n
     (only,) = _resume(nodes[1:], 1)
     assert (only.step, only.tier, only.path, only.part) == (2, "peer", nodes[1].store("peer", 0).step_dir(2), None)
     assert "step 2 was saved at world size 2, this run has 1" in capsys.readouterr().err
+
+
+class _Shards:
+    """A sharded model's format as the fast tier sees it: this rank's shards, and the layout they fit."""
+
+    def __init__(self, layout: str):
+        self.layout = layout
+
+    def local_state(self, models, optimizers) -> dict:
+        return {"model_0.pt": {"w": torch.ones(2, 3)}, "optimizer_0.pt": {"state": {}, "param_groups": []}}
+
+    def local_layout(self, models, optimizers) -> str:
+        return self.layout
+
+
+def test_a_sharded_models_folders_are_read_only_by_a_run_of_the_same_layout(tmp_path):
+    """Each rank's own shards (format "shard") fit one layout: a run of another (another mesh or model at the
+    same world size) or a run of replicated state (DDP after FSDP) does not read them; the shared tier does."""
+    node = NodeStore(tmp_path, "41")
+    node.open()
+    tier = FastTier(node, 0, 1, 1, TrainingState(models=[torch.nn.Linear(4, 2)]), types.SimpleNamespace(scaler=None),
+                    types.SimpleNamespace(unwrap=lambda m: m), FastTierSettings(enabled=True), "41",
+                    shards=_Shards("L1"))
+    tier.save(3, _meta(3))
+    tier.wait()
+    folder = node.store("own", 0).step_dir(3)
+    data = manifest.read(folder)
+    assert (data["format"], data["layout"], sorted(data["files"])) == (
+        "shard", "L1", ["model_0.pt", "optimizer_0.pt", "rng/rank0.pt"])
+    assert choice.choose(node, "41", 0, _one, 1, layout="L1") == choice.Choice(3, folder, "node")
+    assert choice.choose(node, "41", 0, _one, 1, layout="L2") is None
+    assert choice.choose(node, "41", 0, _one, 1) is None  # a run of replicated state
+    assert choice.choose(node, "41", 0, _one, 2, layout="L1") is None  # another world size

@@ -188,6 +188,11 @@ class DcpFormat:
 
         return local_shards.state(self, models, optimizers)
 
+    def local_layout(self, models, optimizers) -> str:
+        from hpc.runtime.checkpoint import local_shards
+
+        return local_shards.layout(models)
+
     def load_local(self, folder: Path, models, optimizers) -> None:
         from hpc.runtime.checkpoint import local_shards
 

@@ -28,6 +28,31 @@ def to_local(obj):
     return obj
 
 
+def layout(models) -> str:
+    """What a rank's shards fit: every sharded parameter's name, global shape, dtype and placements and its mesh's
+    shape, alike on every rank (a short hash; the optimizer's state is laid out as its parameters are, and asking
+    for it would give a fresh optimizer state: a step). Folders saved under another layout (another mesh at the
+    same world size, another model) are not read: the shared tier's DCP checkpoint reshards."""
+    import hashlib
+
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    parts = []
+
+    def walk(obj, path: str) -> None:
+        if _is_dtensor(obj):
+            parts.append(f"{path}:{tuple(obj.shape)}:{obj.dtype}:{obj.placements}:{tuple(obj.device_mesh.shape)}")
+        elif isinstance(obj, dict):
+            for k in sorted(obj, key=str):
+                walk(obj[k], f"{path}/{k}")
+        elif isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                walk(v, f"{path}/{i}")
+
+    walk({f"model_{i}": get_model_state_dict(m) for i, m in enumerate(models)}, "")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
 def state(fmt, models, optimizers) -> dict:
     """The files of this rank's shards, named as the checkpointer names them (``fmt``: the DCP format, which
     knows how a model and its optimizer give their sharded state)."""
@@ -56,11 +81,13 @@ def _merged(now, saved, where: str):
         return DTensor.from_local(saved.to(local.device), now.device_mesh, now.placements, shape=now.shape,
                                   stride=now.stride())
     if isinstance(now, dict) and isinstance(saved, dict):
-        missing = set(now) - set(saved)
-        if missing:
-            raise HpcError(f"{where}: the saved state lacks {sorted(missing)[:3]}",
+        if set(now) != set(saved):
+            odd = sorted(map(str, set(now) ^ set(saved)))[:3]
+            raise HpcError(f"{where}: the saved state's keys differ from this run's ({', '.join(odd)})",
                            fix="resume it with the model that saved it, or from the shared tier")
-        return {k: _merged(now[k], saved[k], where) if k in now else saved[k] for k in saved}
+        return {k: _merged(now[k], saved[k], where) for k in saved}
     if isinstance(now, (list, tuple)) and isinstance(saved, (list, tuple)) and len(now) == len(saved):
         return type(now)(_merged(a, b, where) for a, b in zip(now, saved))
+    if isinstance(now, torch.Tensor) and isinstance(saved, torch.Tensor):
+        return saved.to(now.device)  # where it is now (Adam's step stays on the host: no sync a parameter)
     return saved

@@ -49,6 +49,9 @@ class FastSaves:
         self._drained_step, self._drained_at = 0, time.monotonic()
         if process.is_main_process:
             self.fast.drained = self._drained
+        if self.fast.shards is not None and (settings.drain_steps or settings.drain_minutes):
+            self._say("fast tier: drain_steps/drain_minutes are not used for a sharded model: its shared-tier "
+                      "checkpoints are the script's save_state and the one at a stop (DCP's, which reshard)")
 
     @property
     def on(self) -> bool:
@@ -118,7 +121,8 @@ class FastSaves:
             return None
         world, node = self.process.world_size, self.fast.node
         picked = choice.choose(node, self.fast.job, self.process.rank,
-                               lambda obj: collectives.gather_object_across(obj, world), world, self._fetch)
+                               lambda obj: collectives.gather_object_across(obj, world), world, self._fetch,
+                               layout=self.fast.layout())
         if picked is None:
             return None
         shared = self.checkpoints.checkpointer.store.committed() if self.process.is_main_process else None

@@ -289,6 +289,9 @@ class MegatronStrategy(Strategy):
             def load_local(self, folder, models, optimizers):
                 return super().load_local(folder, [strategy.unwrap(m) for m in models], optimizers)
 
+            def local_layout(self, models, optimizers):
+                return super().local_layout([strategy.unwrap(m) for m in models], optimizers)
+
             def optimizer_options(self):
                 # each parameter's group settings under its own name: a stage's groups hold only its parameters,
                 # and a saved group (written by one rank) names only one stage's (torchtitan's choice too)

@@ -37,7 +37,8 @@ class Held:
     path: Path
     world: int
     whole_in: int  # the saved rank whose folder holds the replicated state (this one's for a "full" folder)
-    sharded: bool = False  # a rank's own shards (FSDP): read at the world size it was saved at only
+    sharded: bool = False  # a rank's own shards (FSDP): read at the world size and layout it was saved at only
+    layout: str | None = None  # a sharded folder's layout (checkpoint/local_shards.py)
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def _ours(data: dict, path: Path, kind: str, saved_rank: int, step: int, job: st
     if not isinstance(whole_in, int) or isinstance(whole_in, bool) or (part and whole_in == saved_rank):
         return None
     return Held(step, kind, saved_rank, path, int(data.get("world_size", 0)), whole_in,
-                data["format"] == manifest.SHARD)
+                data["format"] == manifest.SHARD, data.get("layout"))
 
 
 def _preference(rank: int):
@@ -113,13 +114,17 @@ def plan(offers: list[tuple[str, list[tuple[int, int, int, int]]]]) -> tuple[tup
     return None, []
 
 
-def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = None, fetch=None) -> Choice | None:
+def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = None, fetch=None,
+           layout: str | None = None) -> Choice | None:
     """``gather(obj) -> list``: every rank's object (all ranks call this together). ``fetch(step, moves, folder_of)
     -> {saved rank: Path}``: the transfers of ``plan`` (every rank calls it with the same moves; ``folder_of(saved
-    rank)``: this rank's checked folder of it to send, or None), returning the folders this rank received. None
-    (fetch None: only folders a rank's own node holds): no step whose folders every rank needs some rank holds."""
+    rank)``: this rank's checked folder of it to send, or None), returning the folders this rank received.
+    ``layout``: a sharded model's (local_shards.layout): only its own folders of that layout and world size are
+    read; None: only replicated state's. None (fetch None: only folders a rank's own node holds): no step whose
+    folders every rank needs some rank holds."""
     where = f"{socket.gethostname()}:{node.path}"  # the ranks of one node (one memory) share it
-    usable = [h for h in held(node, job) if not h.sharded or world is None or h.world == world]
+    usable = [h for h in held(node, job) if h.sharded == (layout is not None)
+              and (not h.sharded or (h.layout == layout and world in (None, h.world)))]
     refused: set[Path] = set()
     refused_before = 0
     while True:

@@ -89,6 +89,7 @@ class FastTier:
         self._last_bytes = 0
         self.drained = None  # (step, folder) -> None: a step drained into the shared tier (on the writer thread)
         self._last_step: int | None = None
+        self._layout: str | None = None
 
     # --- saving ---------------------------------------------------------------------------------------
     def due(self, step: int) -> bool:
@@ -108,8 +109,9 @@ class FastTier:
             self.replication = Replication.make(self.rank, self.world, self.local_world, self.settings.replicas > 1)
         self._last_step = step
         staged = self._stage()
-        # this rank's folder and the copy of the previous node's rank it keeps (each about as big)
-        need = _bytes(staged) * (2 if self.copies else 1)
+        # this rank's folder and the copy of the previous node's rank it keeps (each about as big); a sharded model's
+        # every rank of the node writes as much at once into the same memory
+        need = _bytes(staged) * (2 if self.copies else 1) * (self.local_world if self.shards is not None else 1)
         free = self.node.free_bytes()  # the oldest kept folder goes only once this one has committed
         room = memory_headroom.headroom()  # tmpfs pages count against the job's memory limit
         if need > free:
@@ -122,6 +124,8 @@ class FastTier:
                             "the kernel would kill the job)")
             staged = None
         kind = manifest.SHARD if self.shards is not None else "full" if self.whole else manifest.PART
+        if self.shards is not None:
+            meta = {**meta, "layout": self.layout()}
         meta = {**meta, "world_size": self.world, "format": kind, "rank": self.rank,
                 "whole_in": self.writer, "job": self.job, "uid": self.node.uid}
         self._idle.clear()
@@ -135,6 +139,14 @@ class FastTier:
         self.saves.n += 1
         self.saves.stall_s += stall
         return stall
+
+    def layout(self) -> str | None:
+        """A sharded model's layout (local_shards.layout), worked out once; None for replicated state."""
+        if self.shards is None:
+            return None
+        if self._layout is None:
+            self._layout = self.shards.local_layout(self.training.models, self.training.optimizers)
+        return self._layout
 
     @property
     def whole(self) -> bool:
