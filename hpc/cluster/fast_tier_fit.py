@@ -19,8 +19,10 @@ from hpc.slurm import formats
 if TYPE_CHECKING:
     from hpc.cluster.config.effective import Effective
 
-# the job's strategy keys whose state the fast tier does not write (sharded: the shared tier only)
-SHARDED = ("fsdp", "deepspeed")
+# the job's strategy keys whose state the fast tier does not write (DeepSpeed's: the shared tier only)
+SHARDED = ("deepspeed",)
+# those whose every rank writes its own shards (and "--state-size" is one rank's shard): a node holds all of them
+PER_RANK = ("fsdp",)
 # the timelines of an earlier job read for its measure: an array's first ones (a remote read is an SSH round trip
 # each, and the tasks of one sweep train the same model)
 TASKS_READ = 16
@@ -70,7 +72,7 @@ def measured(name: str, profile: str, files_of, history: int = jobs.EARLIER) -> 
 
 
 def _applies(effective: Effective) -> bool:
-    # a sharded strategy's state is not written to the fast tier
+    # DeepSpeed's state is not written to the fast tier
     return effective.profile.fast_tier.enabled and effective.job.strategy not in SHARDED
 
 
@@ -79,7 +81,8 @@ def check(effective: Effective, state_bytes: int | None, files_of=None) -> dict 
     a rank, against the node memory the job gets (``fits`` None where it is not known), and where the state size
     came from (``state_from``: "--state-size", or "job <id>" when ``state_bytes`` is None and ``files_of`` is given:
     what the newest earlier job of the same name and profile measured, ``measured``). None where there is nothing
-    to check: no state size, the fast tier off, or a sharded strategy (not written to the fast tier). Says one
+    to check: no state size, the fast tier off, or DeepSpeed (not written to the fast tier). A sharded model
+(FSDP) counts the node's every rank's shards. Says one
     warning line on stderr when it does not fit."""
     settings, job = effective.profile.fast_tier, effective.job
     if not _applies(effective):
@@ -92,13 +95,15 @@ def check(effective: Effective, state_bytes: int | None, files_of=None) -> dict 
     if state_bytes is None:
         return None
     replicas = settings.replicas if job.nodes > 1 else 1  # one node has no next node to keep a copy on
-    need = est.fast_tier_node_bytes(state_bytes, replicas)
+    ranks = (job.nproc_per_node or 1) if job.strategy in PER_RANK else 1
+    need = est.fast_tier_node_bytes(state_bytes * ranks, replicas)
     memory = node_memory(job)
     fit = {**est.fast_tier_fit(need, memory[0] if memory else None), "state_bytes": state_bytes,
            "state_from": source, "replicas": replicas}
     if fit["fits"] is False:
+        per_node = f" x {ranks} ranks" if ranks > 1 else ""
         print(f"hpc: warning: the fast tier needs {_gib(need)} of node memory per node ({_gib(state_bytes)} of state "
-              f"a rank{note} x {replicas} replica(s) x {est.FAST_TIER_FOLDERS} folders) and the job gets {memory[1]} "
-              f"({_gib(memory[0])}) a node: its saves would fall back to the shared tier; fix: "
+              f"a rank{note}{per_node} x {replicas} replica(s) x {est.FAST_TIER_FOLDERS} folders) and the job gets "
+              f"{memory[1]} ({_gib(memory[0])}) a node: its saves would fall back to the shared tier; fix: "
               f"{est.FAST_TIER_FIX}, or ask for more memory (--mem)", file=sys.stderr)
     return fit
