@@ -32,15 +32,20 @@ def _dtype_list(given: tuple[str, ...]) -> list[str]:
 
 
 def _fast_tier(prof, results, est, formats) -> dict | None:
-    """The profile's fast tier (checkpoints in node memory) on each node, for DDP (the one strategy it saves):
-    whether it fits in the node memory the job has (the profile's mem), beside what the job offloads to the host."""
+    """The profile's fast tier (checkpoints in node memory) on each node, for DDP: whether it fits in the node
+    memory the job has (the profile's mem), beside what the job offloads to the host; and, where FSDP is among the
+    strategies, its bytes per node too (every rank writes its own shards: the node holds all of its ranks')."""
     if prof is None or not prof.fast_tier.enabled:
         return None
     ddp = next((r for r in results if r.strategy == "ddp"), None) or est.estimate(results[0].params // 2 or 1, "ddp")
     ranks = prof.gpus_per_node or prof.tasks_per_node or 1
     need = est.fast_tier_bytes(ddp, prof.fast_tier.replicas)
     mem = int(formats.parse_memory(prof.mem) * 2**20) if prof.mem else None
-    return est.fast_tier_fit(need, mem, beside=ddp.host * ranks)
+    out = est.fast_tier_fit(need, mem, beside=ddp.host * ranks)
+    fsdp = next((r for r in results if r.strategy == "fsdp"), None)
+    if fsdp is not None:
+        out["fsdp_bytes_per_node"] = est.fast_tier_bytes(fsdp, prof.fast_tier.replicas) * ranks
+    return out
 
 
 def _strategy_flag_given(ctx: click.Context) -> str | None:
@@ -177,4 +182,6 @@ def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profil
             f"profile's mem {prof.mem} per node" + ("" if fast["fits"] else " (the saves fall back to the shared "
                                                     f"tier: {est.FAST_TIER_FIX})"))
         click.echo(f"fast tier ({prof.fast_tier.directory}, replicas {prof.fast_tier.replicas}): "
-                   f"{_gib(fast['bytes_per_node'])} GiB of node memory per node for ddp{fits}")
+                   f"{_gib(fast['bytes_per_node'])} GiB of node memory per node for ddp{fits}"
+                   + (f"; {_gib(fast['fsdp_bytes_per_node'])} GiB for fsdp (every rank's shards)"
+                      if "fsdp_bytes_per_node" in fast else ""))

@@ -259,5 +259,9 @@ def test_a_profile_with_a_fast_tier_says_whether_it_fits_the_node_memory(tmp_pat
     # once a node (its first rank's folder; 2 ranks a node here), x 2 replicas x 3 folders (2 kept, 1 being written)
     assert data["fast_tier"]["bytes_per_node"] == (ddp["params"] + ddp["optimizer"]) * 2 * 3
     assert data["fast_tier"]["fits"] is False and data["fast_tier"]["node_memory_bytes"] == 8 * 2**30
+    # FSDP: every rank writes its own shards (2 ranks a node), x 2 replicas x 3 folders
+    fsdp = next(s for s in data["strategies"] if s["strategy"] == "fsdp")
+    assert data["fast_tier"]["fsdp_bytes_per_node"] == (fsdp["params"] + fsdp["optimizer"]) * 2 * 2 * 3
     small = CliRunner().invoke(estimate_memory, ["10M", "-p", str(profile)])
     assert "GiB of node memory per node for ddp; with the host's share of the job it fits" in small.output
+    assert "GiB for fsdp (every rank's shards)" in small.output
