@@ -32,7 +32,8 @@ CLIP = "0.05"  # far below the gradients' norm: clipping changes every step
 def _launch(folder: Path, nproc: int, flags: list, spec: dict) -> dict:
     spec = {"project": str(folder / "project"), "global_batch": 8, "steps": STEPS, "out": str(folder / "out.pt"),
             **spec}
-    layout = ["--use_megatron_lm", *flags, "--megatron_lm_gradient_clipping", CLIP] if flags else []
+    plain = not flags or flags[0] == "--use_fsdp"
+    layout = flags if plain else ["--use_megatron_lm", *flags, "--megatron_lm_gradient_clipping", CLIP]
     cmd = [sys.executable, "-m", "hpc", "launch", "--nproc", str(nproc), *layout, str(WORKER), json.dumps(spec)]
     done = subprocess.run(cmd, cwd=folder, env=launch_env(), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -50,6 +51,9 @@ def runs(tmp_path_factory):
         if name == "pp2 x dp2":
             spec |= {"load": str(saved)}
         out[name] = _launch(folder, nproc, flags, spec)
+    # plain FSDP (no Megatron layout) on 2 ranks, loading the tp2 x pp2 checkpoint: DCP reshards it
+    out["fsdp"] = _launch(tmp_path_factory.mktemp("fsdp"), 2, ["--use_fsdp"],
+                          {"clip": float(CLIP), "load": str(saved), "steps": 1})
     out["saved folder"] = saved
     return out
 
@@ -90,8 +94,9 @@ def test_a_checkpoint_resumes_under_its_layout_with_the_same_losses(runs):
                                atol=0)
 
 
-def test_a_checkpoint_loads_under_another_layout_with_equal_weights(runs):
-    saved, loaded = runs["tp2 x pp2 (sp)"]["saved_weights"], runs["pp2 x dp2"]["loaded_weights"]
+@pytest.mark.parametrize("name", ["pp2 x dp2", "fsdp"])
+def test_a_checkpoint_loads_under_another_layout_with_equal_weights(runs, name):
+    saved, loaded = runs["tp2 x pp2 (sp)"]["saved_weights"], runs[name]["loaded_weights"]
     assert saved.keys() == loaded.keys()
     for key, value in saved.items():
         torch.testing.assert_close(loaded[key], value, rtol=0, atol=0)

@@ -137,7 +137,8 @@ class DcpFormat:
         self.strategy = strategy
         self._async_group = None
 
-    def _state(self, models, optimizers) -> dict:
+    def _state(self, models, optimizers, options=None) -> dict:
+        """``options``: the optimizer state's form (None: this layout's own, optimizer_options)."""
         from torch.distributed.checkpoint.state_dict import (
             get_model_state_dict,
             get_optimizer_state_dict,
@@ -147,8 +148,23 @@ class DcpFormat:
         for i, opt in enumerate(optimizers):
             opt = _unwrapped(opt)
             state[f"optimizer_{i}"] = get_optimizer_state_dict(_owner(opt, models), opt,
-                                                               options=self.optimizer_options())
+                                                               options=options or self.optimizer_options())
         return state
+
+    def _saved_options(self, saved: dict):
+        """The optimizer state's form in a checkpoint's metadata: flattened (Megatron's layouts keep each
+        parameter's group settings under its own name: ``optimizer_0.param_groups.<name>.lr``) or torch's default
+        (``optimizer_0.param_groups.0.lr``). It is read back in that form, whichever layout loads it."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        groups = [k.split(".", 3)[2] for k in saved if k.startswith("optimizer_") and ".param_groups." in k]
+        mine = self.optimizer_options()
+        if not groups:
+            return mine
+        flat = not all(g.isdigit() for g in groups)
+        if bool(getattr(mine, "flatten_optimizer_state_dict", False)) == flat:
+            return mine
+        return StateDictOptions(flatten_optimizer_state_dict=flat)
 
     def stage(self, models, optimizers, copy: StagingBuffers | None, background: bool) -> Staged:
         import torch.distributed as dist
@@ -198,7 +214,7 @@ class DcpFormat:
 
         self._set(local_shards.read(self, folder, models, optimizers, self.strategy.state.device), models, optimizers)
 
-    def _set(self, state: dict, models, optimizers) -> None:
+    def _set(self, state: dict, models, optimizers, options=None) -> None:
         from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
         for i, model in enumerate(models):
@@ -206,7 +222,7 @@ class DcpFormat:
         for i, opt in enumerate(optimizers):
             opt = _unwrapped(opt)
             set_optimizer_state_dict(_owner(opt, models), opt, state[f"optimizer_{i}"],
-                                     options=self.optimizer_options())
+                                     options=options or self.optimizer_options())
 
     def whole_keys(self, model_state: dict) -> set | None:
         """The whole model's keys where this rank holds a part (a pipeline stage); None: this rank's are all."""
@@ -217,8 +233,9 @@ class DcpFormat:
 
         from hpc.runtime.checkpoint import dcp_safe
 
-        state = self._state(models, optimizers)
         saved = dcp_safe.read_metadata(folder / self.folder).state_dict_metadata
+        options = self._saved_options(saved)
+        state = self._state(models, optimizers, options)
         for i in range(len(models)):
             prefix = f"model_{i}."
             shapes = {k[len(prefix):]: _Shape(tuple(v.size)) if hasattr(v, "size") else None
@@ -227,7 +244,7 @@ class DcpFormat:
         planner = dcp_safe.SafeLoadPlanner()
         dcp_safe.loading(folder / self.folder, lambda: dcp.load(
             state, storage_reader=dcp_safe.SafeReader(str(folder / self.folder)), planner=planner), planner)
-        self._set(state, models, optimizers)
+        self._set(state, models, optimizers, options)
 
 
 class DeepSpeedFormat:
