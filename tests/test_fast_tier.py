@@ -41,17 +41,23 @@ def _two_nodes(tmp: Path, run: dict, port: int, restart: int = 0, configs: tuple
             p.kill()
 
 
-def test_a_lost_nodes_ranks_resume_from_the_copy_the_other_node_kept_and_train_exactly(tmp_path):
-    start_straight_run(SPEC, tmp_path)  # in the background meanwhile (or the session's, if it ran already)
-    memory = tmp_path / "shm"
+def _crashed_at_7_in_one_memory(tmp: Path, spec: dict, name: str, port: int) -> tuple[dict, Path]:
+    """``spec`` trained by 2 ranks sharing one node memory (tmp/shm) until both crash at step 7 (its straight run
+    started meanwhile): the run's spec and the job's folder in that memory."""
+    start_straight_run(spec, tmp)  # in the background meanwhile (or the session's, if it ran already)
+    memory = tmp / "shm"
     memory.mkdir()
-    (tmp_path / "job" / "tasks").mkdir(parents=True)
-    RuntimeConfig(fast_tier=FastTier(enabled=True, directory=str(memory))).write(tmp_path / "runtime.json")
-    run = {**SPEC, "project": str(tmp_path / "b"), "out": str(tmp_path / "b.pt"), "crash_at": 7}
+    (tmp / "job" / "tasks").mkdir(parents=True)
+    RuntimeConfig(fast_tier=FastTier(enabled=True, directory=str(memory))).write(tmp / "runtime.json")
+    run = {**spec, "project": str(tmp / name), "out": str(tmp / f"{name}.pt"), "crash_at": 7}
+    crashed = _two_nodes(tmp, run, port)
+    assert all(p.returncode != 0 and "planned crash at step 7" in p.stderr for p in crashed), crashed[0].stderr[-2000:]
+    return run, memory / f"hpc-{os.getuid()}-job"
+
+
+def test_a_lost_nodes_ranks_resume_from_the_copy_the_other_node_kept_and_train_exactly(tmp_path):
     port = 29000 + os.getpid() % 2000
-    crashed = _two_nodes(tmp_path, run, port)
-    assert all(p.returncode != 0 and "planned crash at step 7" in p.stderr for p in crashed)
-    job = memory / f"hpc-{os.getuid()}-job"
+    run, job = _crashed_at_7_in_one_memory(tmp_path, SPEC, "b", port)
     assert (job / "own" / "rank-1" / "step-6" / "manifest.json").exists()
     assert (job / "peer" / "rank-1" / "step-6" / "manifest.json").exists()  # node 0's copy of rank 1's folder
     # node 1 is lost with its memory: its own folders and the copy it kept of node 0's; the shared tier has step 4
@@ -201,16 +207,8 @@ def test_a_sharded_models_ranks_each_keep_their_own_shards_and_a_lost_nodes_come
     resume reads rank 1's shards of step 6 from the copy node 0 kept (the shared tier has step 4) and trains on to
     the same losses and weights as a straight run."""
     spec = {**SPEC, "strategy": "fsdp"}
-    start_straight_run(spec, tmp_path)
-    memory = tmp_path / "shm"
-    memory.mkdir()
-    (tmp_path / "job" / "tasks").mkdir(parents=True)
-    RuntimeConfig(fast_tier=FastTier(enabled=True, directory=str(memory))).write(tmp_path / "runtime.json")
-    run = {**spec, "project": str(tmp_path / "z"), "out": str(tmp_path / "z.pt"), "crash_at": 7}
     port = 39000 + os.getpid() % 2000
-    crashed = _two_nodes(tmp_path, run, port)
-    assert all(p.returncode != 0 and "planned crash at step 7" in p.stderr for p in crashed), crashed[0].stderr[-2000:]
-    job = memory / f"hpc-{os.getuid()}-job"
+    run, job = _crashed_at_7_in_one_memory(tmp_path, spec, "z", port)
     shards = {}
     for rank in (0, 1):
         data = json.loads((job / "own" / f"rank-{rank}" / "step-6" / "manifest.json").read_text())
