@@ -55,19 +55,25 @@ def _crashed_at_7_in_one_memory(tmp: Path, spec: dict, name: str, port: int) -> 
     return run, memory / f"hpc-{os.getuid()}-job"
 
 
+def _node_1_lost_then_resumed_at_6(tmp: Path, run: dict, job: Path, port: int) -> list:
+    """Node 1 is lost with its memory (its own folders and the copy it kept of node 0's; the shared tier has step
+    4); the next attempt resumes from step 6, rank 1's folder from the copy node 0 kept."""
+    for gone in (job / "own" / "rank-1", job / "peer" / "rank-0"):
+        shutil.rmtree(gone)
+    resumed = _two_nodes(tmp, run, port, restart=1)
+    assert all(p.returncode == 0 for p in resumed), resumed[0].stderr[-3000:] + resumed[1].stderr[-3000:]
+    said = [line for line in resumed[0].stderr.splitlines() if "resumed from" in line]
+    # step 7 alone is trained twice (the shared tier has 4)
+    assert len(said) == 1 and "(step 6, the peer tier)" in said[0], resumed[0].stderr[-3000:]
+    return resumed
+
+
 def test_a_lost_nodes_ranks_resume_from_the_copy_the_other_node_kept_and_train_exactly(tmp_path):
     port = 29000 + os.getpid() % 2000
     run, job = _crashed_at_7_in_one_memory(tmp_path, SPEC, "b", port)
     assert (job / "own" / "rank-1" / "step-6" / "manifest.json").exists()
     assert (job / "peer" / "rank-1" / "step-6" / "manifest.json").exists()  # node 0's copy of rank 1's folder
-    # node 1 is lost with its memory: its own folders and the copy it kept of node 0's; the shared tier has step 4
-    for gone in (job / "own" / "rank-1", job / "peer" / "rank-0"):
-        shutil.rmtree(gone)
-    resumed = _two_nodes(tmp_path, run, port + 1, restart=1)
-    assert all(p.returncode == 0 for p in resumed), resumed[0].stderr[-3000:] + resumed[1].stderr[-3000:]
-    said = [line for line in resumed[0].stderr.splitlines() if "resumed from" in line]
-    assert len(said) == 1 and "the peer tier" in said[0], resumed[0].stderr[-3000:]
-    assert "(step 6, the peer tier)" in said[0], said  # step 7 alone is trained twice (the shared tier has 4)
+    _node_1_lost_then_resumed_at_6(tmp_path, run, job, port + 1)
     events = [json.loads(x) for x in (tmp_path / "job" / "tasks" / "0.timeline").read_text().splitlines()]
     back = [e for e in events if e["event"] == "resumed"]
     assert back[-1]["tier"] == "peer" and back[-1]["step"] == 6 and "/own/rank-0/" in back[-1]["folder"]
@@ -218,10 +224,5 @@ def test_a_sharded_models_ranks_each_keep_their_own_shards_and_a_lost_nodes_come
     assert (job / "peer" / "rank-1" / "step-6" / "manifest.json").exists()
     # each rank saved its half of the first layer's weight (32 rows of 8 sharded over 2 ranks), not the whole
     assert {tuple(t["0.weight"].shape) for t in shards.values()} == {(16, 8)}, shards
-    for gone in (job / "own" / "rank-1", job / "peer" / "rank-0"):
-        shutil.rmtree(gone)
-    resumed = _two_nodes(tmp_path, run, port + 1, restart=1)
-    assert all(p.returncode == 0 for p in resumed), resumed[0].stderr[-3000:] + resumed[1].stderr[-3000:]
-    said = [line for line in resumed[0].stderr.splitlines() if "resumed from" in line]
-    assert len(said) == 1 and "(step 6, the peer tier)" in said[0], resumed[0].stderr[-3000:]
+    _node_1_lost_then_resumed_at_6(tmp_path, run, job, port + 1)
     assert_same_run(straight_run(spec, tmp_path), torch.load(tmp_path / "z.pt", weights_only=False))
