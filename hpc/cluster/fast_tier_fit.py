@@ -82,8 +82,7 @@ def check(effective: Effective, state_bytes: int | None, files_of=None) -> dict 
     came from (``state_from``: "--state-size", or "job <id>" when ``state_bytes`` is None and ``files_of`` is given:
     what the newest earlier job of the same name and profile measured, ``measured``). None where there is nothing
     to check: no state size, the fast tier off, or DeepSpeed (not written to the fast tier). A sharded model
-(FSDP) counts the node's every rank's shards. Says one
-    warning line on stderr when it does not fit."""
+    (FSDP) counts the node's every rank's shards. Says one warning line on stderr when it does not fit."""
     settings, job = effective.profile.fast_tier, effective.job
     if not _applies(effective):
         return None

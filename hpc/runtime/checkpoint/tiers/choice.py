@@ -86,32 +86,37 @@ def plan(offers: list[tuple[str, list[tuple[int, int, int, int]]]]) -> tuple[tup
     whole_in) folders it holds. The newest (step, saved world) whose folders every rank needs are held somewhere,
     and the transfers it takes: (holder, needer, saved rank) for each folder a node lacks, sent by the lowest rank
     that holds it to the node's lowest rank that needs it. (None, []) if there is none."""
-    world = len(offers)
     nodes = [node for node, _ in offers]
     held_by = [{(saved, step, saved_world): whole_in for saved, step, saved_world, whole_in in o} for _, o in offers]
-    for step, saved_world in sorted({(s, w) for h in held_by for _, s, w in h}, reverse=True):
-        whole_of = {saved: whole_in for h in held_by for (saved, s, w), whole_in in h.items()
-                    if (s, w) == (step, saved_world)}
-        moves, planned = [], set()
-        for needer in range(world):
-            wants = [needer, whole_of.get(needer)] if needer < saved_world else [whole_of.get(0)]
-            if None in wants:
-                break
-            for saved in dict.fromkeys(wants):
-                key = (saved, step, saved_world)
-                if key in held_by[needer] or (nodes[needer], saved) in planned:
-                    continue
-                holders = [h for h in range(world) if key in held_by[h]]
-                if not holders:
-                    break
-                planned.add((nodes[needer], saved))
-                moves.append((holders[0], needer, saved))
-            else:
-                continue
-            break
-        else:
-            return (step, saved_world), moves
+    for point in sorted({(s, w) for h in held_by for _, s, w in h}, reverse=True):
+        moves = _moves(point, held_by, nodes)
+        if moves is not None:
+            return point, moves
     return None, []
+
+
+def _moves(point: tuple[int, int], held_by: list[dict], nodes: list[str]) -> list | None:
+    """The transfers the folders of ``point`` (step, saved world) take (plan's), or None where a folder some rank
+    needs is held nowhere."""
+    step, saved_world = point
+    whole_of = {saved: whole_in for h in held_by for (saved, s, w), whole_in in h.items() if (s, w) == point}
+    moves, planned = [], set()
+    for needer, node in enumerate(nodes):
+        # its own saved rank's folder and the one with the replicated state it names; a rank new since the save,
+        # saved rank 0's replicated state
+        wants = [needer, whole_of.get(needer)] if needer < saved_world else [whole_of.get(0)]
+        for saved in dict.fromkeys(wants):
+            if saved is None:
+                return None
+            key = (saved, step, saved_world)
+            if key in held_by[needer] or (node, saved) in planned:
+                continue
+            holders = [h for h, held in enumerate(held_by) if key in held]
+            if not holders:
+                return None
+            planned.add((node, saved))
+            moves.append((holders[0], needer, saved))
+    return moves
 
 
 def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = None, fetch=None,
@@ -126,7 +131,7 @@ def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = Non
     usable = [h for h in held(node, job) if h.sharded == (layout is not None)
               and (not h.sharded or (h.layout == layout and world in (None, h.world)))]
     refused: set[Path] = set()
-    refused_before = 0
+    refused_before, said = 0, set()
     while True:
         offers = sorted({(h.saved_rank, h.step, h.world, h.whole_in) for h in usable if h.path not in refused})
         everyone = gather((where, offers))
@@ -134,7 +139,8 @@ def choose(node: NodeStore, job: str, rank: int, gather, world: int | None = Non
         if point is None:
             return None
         step, saved_world = point
-        if world is not None and rank == 0 and saved_world != world:
+        if world is not None and rank == 0 and saved_world != world and point not in said:
+            said.add(point)
             print(f"hpc: the fast tier's step {step} was saved at world size {saved_world}, this run has {world}: "
                   "its ranks' folders are read as a resume of the shared tier would read them", file=sys.stderr,
                   flush=True)

@@ -86,7 +86,6 @@ class FastTier:
         self._idle.set()
         self._thread: threading.Thread | None = None
         self._failed: str | None = None  # this rank's last save did not commit (why)
-        self._last_bytes = 0
         self.drained = None  # (step, folder) -> None: a step drained into the shared tier (on the writer thread)
         self._last_step: int | None = None
         self._layout: str | None = None
@@ -248,7 +247,7 @@ class FastTier:
             shutil.rmtree(folder, ignore_errors=True)
             self._failed = f"writing {folder} failed: {e.strerror or e} (out of node memory?)"
             return None
-        self._last_bytes = self.saves.bytes = sum(int(v["size"]) for v in files.sums.values())
+        self.saves.bytes = sum(int(v["size"]) for v in files.sums.values())
         store.purge()
         return folder
 
