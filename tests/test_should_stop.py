@@ -45,7 +45,7 @@ def test_should_stop_is_read_without_a_collective_and_agreed_at_the_next_step(tm
 # Accelerate's docs write it; a stop delivered at a step (timed by the step: deterministic) is agreed inside the
 # block, at the next iteration every rank can reach, even by ranks that joined already (join_vote.py).
 JOIN_WORKER = textwrap.dedent("""
-    import json, os, signal, sys, time, torch
+    import json, os, signal, sys, time, torch, warnings
     from hpc import Accelerator, DataLoaderConfiguration, set_seed
     spec = json.loads(sys.argv[1])
     attempt = int(os.environ.get("ATTEMPT", "0"))
@@ -64,6 +64,7 @@ JOIN_WORKER = textwrap.dedent("""
     rank = acc.process_index
     seen = open(os.path.join(spec["project"], f"seen-a{attempt}-r{rank}.txt"), "a")
     window, micro = [], 0
+    filters = list(warnings.filters)
     with acc.join_uneven_inputs([model]):
         for ids, xb, yb in loader:
             with acc.accumulate(model):
@@ -83,6 +84,7 @@ JOIN_WORKER = textwrap.dedent("""
                 os.kill(pids[spec["target"]], signal.SIGTERM)
                 time.sleep(0.5)  # the target has it before this rank's next forward
             acc.preemption_point()
+    assert warnings.filters == filters, warnings.filters[:2]  # torch's Join leaves "once" for every warning
     weights = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()])
     every = acc.gather(weights.reshape(1, -1))
     if rank == 0:

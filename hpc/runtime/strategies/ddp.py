@@ -75,5 +75,9 @@ def join_uneven_inputs(joinables, data_parallel: bool, one_process: bool, loader
             stack.enter_context(no_votes)
         if stops is not None:
             joinables = stack.enter_context(stops(joinables))
+        # torch's Join.__exit__ sets warnings.simplefilter("once") for the whole process: every warning, even the
+        # ResourceWarnings Python hides, then prints, and one printed by a finalizer amid an import at exit broke
+        # Python 3.11's import locks (a KeyError traceback after a clean stop). The filters are restored here.
+        stack.enter_context(warnings.catch_warnings())
         stack.enter_context(Join(joinables))
         yield
