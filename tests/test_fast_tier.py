@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from hpc.contract.launch_settings import FastTier
@@ -226,3 +227,26 @@ def test_a_sharded_models_ranks_each_keep_their_own_shards_and_a_lost_nodes_come
     assert {tuple(t["0.weight"].shape) for t in shards.values()} == {(16, 8)}, shards
     _node_1_lost_then_resumed_at_6(tmp_path, run, job, port + 1)
     assert_same_run(straight_run(spec, tmp_path), torch.load(tmp_path / "z.pt", weights_only=False))
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeeds_ranks_each_keep_the_engines_own_files_and_a_lost_nodes_come_back_from_the_copy(tmp_path, stage):
+    """DeepSpeed ZeRO-2 and ZeRO-3 on 2 ranks that stand for 2 nodes: the engine writes each rank's own files into
+    its node's memory (its optimizer partition, and the module's state on every rank), checksummed and committed by
+    the tier (format "shard"), and the next node keeps a copy. Node 1 is lost with its memory at step 7; the resume reads
+    rank 1's files of step 6 from the copy node 0 kept (the shared tier has step 4) and trains on to the same losses
+    and weights as a straight run."""
+    spec = {**SPEC, "strategy": "deepspeed", "zero_stage": stage}
+    port = 41000 + 10 * stage + os.getpid() % 2000
+    run, job = _crashed_at_7_in_one_memory(tmp_path, spec, "ds", port)
+    for rank in (0, 1):
+        data = json.loads((job / "own" / f"rank-{rank}" / "step-6" / "manifest.json").read_text())
+        assert data["format"] == "shard" and data["layout"] and data["world_size"] == 2, data
+        module = "mp_rank_00_model_states.pt" if stage == 2 else f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt"
+        assert f"deepspeed/state/{module}" in data["files"], sorted(data["files"])
+        mine = [name for name in data["files"] if "optim_states" in name]
+        assert mine == [f"deepspeed/state/bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"] or mine == [
+            f"deepspeed/state/zero_pp_rank_{rank}_mp_rank_00_optim_states.pt"], sorted(data["files"])
+    assert (job / "peer" / "rank-1" / "step-6" / "manifest.json").exists()
+    _node_1_lost_then_resumed_at_6(tmp_path, run, job, port + 1)
+    assert_same_run(straight_run(spec, tmp_path), torch.load(tmp_path / "ds.pt", weights_only=False))

@@ -33,8 +33,9 @@ def _dtype_list(given: tuple[str, ...]) -> list[str]:
 
 def _fast_tier(prof, results, est, formats) -> dict | None:
     """The profile's fast tier (checkpoints in node memory) on each node, for DDP: whether it fits in the node
-    memory the job has (the profile's mem), beside what the job offloads to the host; and, where FSDP is among the
-    strategies, its bytes per node too (every rank writes its own shards: the node holds all of its ranks')."""
+    memory the job has (the profile's mem), beside what the job offloads to the host; and, where FSDP or ZeRO is
+    among the strategies, their bytes per node too (every rank writes its own shards or files: the node holds all
+    of its ranks')."""
     if prof is None or not prof.fast_tier.enabled:
         return None
     ddp = next((r for r in results if r.strategy == "ddp"), None) or est.estimate(results[0].params // 2 or 1, "ddp")
@@ -45,6 +46,11 @@ def _fast_tier(prof, results, est, formats) -> dict | None:
     fsdp = next((r for r in results if r.strategy == "fsdp"), None)
     if fsdp is not None:
         out["fsdp_bytes_per_node"] = est.fast_tier_bytes(fsdp, prof.fast_tier.replicas) * ranks
+    # DeepSpeed: every rank writes its optimizer partition and the module's state (its partition under ZeRO-3)
+    zero = {r.strategy: est.fast_tier_bytes(r, prof.fast_tier.replicas) * ranks for r in results
+            if r.strategy in ("zero1", "zero2", "zero3")}
+    if zero:
+        out["deepspeed_bytes_per_node"] = zero
     return out
 
 
@@ -184,4 +190,6 @@ def estimate_memory(ctx, model, strategies, precision, world_size, nodes, profil
         click.echo(f"fast tier ({prof.fast_tier.directory}, replicas {prof.fast_tier.replicas}): "
                    f"{_gib(fast['bytes_per_node'])} GiB of node memory per node for ddp{fits}"
                    + (f"; {_gib(fast['fsdp_bytes_per_node'])} GiB for fsdp (every rank's shards)"
-                      if "fsdp_bytes_per_node" in fast else ""))
+                      if "fsdp_bytes_per_node" in fast else "")
+                   + "".join(f"; {_gib(n)} GiB for {name} (every rank's files)"
+                             for name, n in fast.get("deepspeed_bytes_per_node", {}).items()))

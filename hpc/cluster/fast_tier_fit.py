@@ -19,10 +19,9 @@ from hpc.slurm import formats
 if TYPE_CHECKING:
     from hpc.cluster.config.effective import Effective
 
-# the job's strategy keys whose state the fast tier does not write (DeepSpeed's: the shared tier only)
-SHARDED = ("deepspeed",)
-# those whose every rank writes its own shards (and "--state-size" is one rank's shard): a node holds all of them
-PER_RANK = ("fsdp",)
+# the job's strategy keys whose every rank writes its own shards or files (and "--state-size" is one rank's): a node
+# holds all of them
+PER_RANK = ("fsdp", "deepspeed")
 # the timelines of an earlier job read for its measure: an array's first ones (a remote read is an SSH round trip
 # each, and the tasks of one sweep train the same model)
 TASKS_READ = 16
@@ -71,20 +70,15 @@ def measured(name: str, profile: str, files_of, history: int = jobs.EARLIER) -> 
     return None
 
 
-def _applies(effective: Effective) -> bool:
-    # DeepSpeed's state is not written to the fast tier
-    return effective.profile.fast_tier.enabled and effective.job.strategy not in SHARDED
-
-
 def check(effective: Effective, state_bytes: int | None, files_of=None) -> dict | None:
     """What `hpc submit --json` carries as ``fast_tier``: the bytes per node the fast tier needs for ``state_bytes``
     a rank, against the node memory the job gets (``fits`` None where it is not known), and where the state size
     came from (``state_from``: "--state-size", or "job <id>" when ``state_bytes`` is None and ``files_of`` is given:
     what the newest earlier job of the same name and profile measured, ``measured``). None where there is nothing
-    to check: no state size, the fast tier off, or DeepSpeed (not written to the fast tier). A sharded model
-    (FSDP) counts the node's every rank's shards. Says one warning line on stderr when it does not fit."""
+    to check: no state size, or the fast tier off. A sharded model (FSDP) or DeepSpeed counts the node's every
+    rank's shards or files. Says one warning line on stderr when it does not fit."""
     settings, job = effective.profile.fast_tier, effective.job
-    if not _applies(effective):
+    if not settings.enabled:
         return None
     source, note = "--state-size", ""
     if state_bytes is None and files_of is not None:

@@ -262,6 +262,10 @@ def test_a_profile_with_a_fast_tier_says_whether_it_fits_the_node_memory(tmp_pat
     # FSDP: every rank writes its own shards (2 ranks a node), x 2 replicas x 3 folders
     fsdp = next(s for s in data["strategies"] if s["strategy"] == "fsdp")
     assert data["fast_tier"]["fsdp_bytes_per_node"] == (fsdp["params"] + fsdp["optimizer"]) * 2 * 2 * 3
+    # DeepSpeed: every rank writes its partition and the module's state (ZeRO-2: whole weights), x 2 x 3 too
+    zero2 = next(s for s in data["strategies"] if s["strategy"] == "zero2")
+    assert data["fast_tier"]["deepspeed_bytes_per_node"]["zero2"] == (zero2["params"] + zero2["optimizer"]) * 2 * 2 * 3
     small = CliRunner().invoke(estimate_memory, ["10M", "-p", str(profile)])
     assert "GiB of node memory per node for ddp; with the host's share of the job it fits" in small.output
     assert "GiB for fsdp (every rank's shards)" in small.output
+    assert "GiB for zero3 (every rank's files)" in small.output

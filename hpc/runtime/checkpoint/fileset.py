@@ -34,13 +34,17 @@ class FileSet:
         """Files a library writes for this rank (glob under the folder): hashed by this rank once written."""
         self._claims.append(pattern)
 
-    def finish(self) -> Path:
-        """Hash the claimed files and publish this rank's sums for the committing rank."""
+    def hash_claimed(self) -> None:
+        """The claimed files' sizes and checksums, in ``sums``."""
         for pattern in self._claims:
             for path in sorted(self.folder.glob(pattern)):
                 name = path.relative_to(self.folder).as_posix()
                 if path.is_file() and name not in self.sums:
                     self.sums[name] = manifest.file_entry(path)
+
+    def finish(self) -> Path:
+        """Hash the claimed files and publish this rank's sums for the committing rank."""
+        self.hash_claimed()
         out = self.folder / f"{SUMS_PREFIX}{self.rank}.json"
         manifest.write_json_atomic(out, self.sums, fsync=self.fsync)
         return out

@@ -266,6 +266,47 @@ class DeepSpeedFormat:
 
         return Staged(write, background_ok=False)
 
+    # --- the fast tier's (tiers/fast_tier.py): each rank's own files in its node-memory folder ---------------
+    def local_state(self, models, optimizers) -> dict:
+        return {}  # the engine writes this rank's state itself (write_local): nothing for the tier to pickle
+
+    def write_local(self, folder: Path) -> None:
+        """On the training thread, every rank at once (the engine's save is collective): this rank's ZeRO
+        partition and the module's state (DeepSpeed writes the latter on the first data-parallel rank only; here on
+        every rank, so that each rank's folder resumes alone, on whichever node holds it) into ``folder``."""
+        engine = self.strategy.engine
+        (folder / self.folder).mkdir(parents=True, exist_ok=True)  # the engine makes it on rank 0 only
+        writes_module = engine.save_non_zero_checkpoint
+        engine.save_non_zero_checkpoint = True
+        try:
+            engine.save_checkpoint(str(folder / self.folder), tag=self.tag, save_latest=False)
+        finally:
+            engine.save_non_zero_checkpoint = writes_module
+
+    local_files = f"{folder}/{tag}/*"  # what write_local leaves, claimed by the fast tier's manifest
+
+    def local_bytes(self) -> int:
+        """About what write_local writes, before it does (the tier's room check): the module's weights, and this
+        rank's partition of the fp32 weights and two Adam moments."""
+        params = list(self.strategy.engine.module.parameters())
+        numel = sum(getattr(p, "ds_numel", p.numel()) for p in params)  # ZeRO-3 leaves each parameter empty
+        weights = sum(getattr(p, "ds_numel", p.numel()) * p.element_size() for p in params)
+        return weights + 12 * numel // max(self.strategy.engine.dp_world_size, 1)
+
+    def local_layout(self, models, optimizers) -> str:
+        """The ZeRO stage, the data-parallel size and every parameter's name and shape: what a rank's partition
+        fits (another layout reads the shared tier)."""
+        import hashlib
+
+        engine = self.strategy.engine
+        parts = [f"zero{engine.zero_optimization_stage()}:dp{engine.dp_world_size}"]
+        parts += [f"{name}:{tuple(getattr(p, 'ds_shape', p.shape))}:{p.dtype}"
+                  for name, p in engine.module.named_parameters()]
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+    def load_local(self, folder: Path, models, optimizers) -> None:
+        self.load(folder, models, optimizers)
+
     def load(self, folder: Path, models, optimizers) -> None:
         engine = self.strategy.engine
         own = engine.checkpoint_engine

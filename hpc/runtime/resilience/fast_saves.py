@@ -51,7 +51,8 @@ class FastSaves:
             self.fast.drained = self._drained
         if self.fast.shards is not None and (settings.drain_steps or settings.drain_minutes):
             self._say("fast tier: drain_steps/drain_minutes are not used for a sharded model: its shared-tier "
-                      "checkpoints are the script's save_state and the one at a stop (DCP's, which reshard)")
+                      "checkpoints are the script's save_state and the one at a stop (DCP's, which reshard, "
+                      "or DeepSpeed's)")
 
     @property
     def on(self) -> bool:
@@ -72,15 +73,11 @@ class FastSaves:
             if stopping:
                 fast.wait()
             return
-        if not self.checkpoints.checkpointer.alone and fast.shards is None:
-            fast.off = "DeepSpeed's state is saved to the shared tier only"
-            self._say(f"fast tier off: {fast.off}")
-            return
         fast.wait()
         if fast.fallback_due:
             save_shared(fast.fell_back())
             return
-        # a sharded model's folders are no shared-tier checkpoint (that one is DCP's): not drained
+        # a sharded model's folders are no shared-tier checkpoint (that one is DCP's or DeepSpeed's): not drained
         fast.save(step, self.checkpoints.meta(), drain_into=self._drain_into(step) if fast.shards is None else None)
         if stopping:
             fast.wait()

@@ -9,7 +9,8 @@ rank's folder holds its own streams and readers only (format "part", naming the 
 so a node of 8 ranks keeps one copy of the model and optimizer, not 8;
 a drain into the shared tier copies rank 0's folder and every other rank's streams and readers beside it. A sharded
 model (FSDP) has every rank write its own shards (format "shard", checkpoint/local_shards.py), not drained;
-DeepSpeed's state is not written to this tier (said once at the start).
+DeepSpeed's engine writes each rank's own files there itself (format "shard" too: its save is collective, so it
+runs on the training thread, into node memory; the thread checksums, commits and sends them).
 
 A save that does not fit (the tier's free memory below what it needs) or that fails writing turns the tier off for
 the rest of the run: every rank learns it at the next save (one all-reduce in the thread), the run guard saves to
@@ -108,9 +109,11 @@ class FastTier:
             self.replication = Replication.make(self.rank, self.world, self.local_world, self.settings.replicas > 1)
         self._last_step = step
         staged = self._stage()
+        written = getattr(self.shards, "write_local", None)  # DeepSpeed: the engine writes its own files
         # this rank's folder and the copy of the previous node's rank it keeps (each about as big); a sharded model's
         # every rank of the node writes as much at once into the same memory
-        need = _bytes(staged) * (2 if self.copies else 1) * (self.local_world if self.shards is not None else 1)
+        need = (_bytes(staged) + (self.shards.local_bytes() if written else 0)) * (2 if self.copies else 1) * (
+            self.local_world if self.shards is not None else 1)
         free = self.node.free_bytes()  # the oldest kept folder goes only once this one has committed
         room = memory_headroom.headroom()  # tmpfs pages count against the job's memory limit
         if need > free:
@@ -122,6 +125,10 @@ class FastTier:
                             f"training {_size(HEADROOM_KEPT)} beside it (tmpfs pages count against the limit: "
                             "the kernel would kill the job)")
             staged = None
+        files = None
+        if written is not None:
+            files = self._write_files(step, staged is not None)
+            staged = staged if files is not None else None
         kind = manifest.SHARD if self.shards is not None else "full" if self.whole else manifest.PART
         if self.shards is not None:
             meta = {**meta, "layout": self.layout()}
@@ -133,7 +140,7 @@ class FastTier:
                                             daemon=True)  # a node lost mid-send must not hold the process's exit
             self._thread.start()
             _tiers.add(self)
-        self._jobs.put((step, staged, meta, drain_into))
+        self._jobs.put((step, staged, meta, drain_into, files))
         stall = time.monotonic() - started
         self.saves.n += 1
         self.saves.stall_s += stall
@@ -185,13 +192,41 @@ class FastTier:
         self.saves.stall_s += self._deferred.take_waited()
         return self.saves.take()
 
-    def _write(self, step: int, staged: dict | None, meta: dict, drain_into: Path | None = None) -> None:
+    def _write_files(self, step: int, fits: bool) -> Path | None:
+        """The engine's own files of this step, written now into a folder beside the store's (committed by the
+        thread); None, with the reason kept, where any rank's memory lacks the room (the write is collective:
+        every rank writes or none) or the write failed."""
+        import torch
+        import torch.distributed as dist
+
+        everyone = torch.tensor([int(fits)], device=self.strategy.state.device)
+        dist.all_reduce(everyone, op=dist.ReduceOp.MIN)
+        if not everyone.item():
+            self._failed = self._failed or "another rank's node memory has no room for the fast tier's save"
+            return None
+        store = self.node.store("own", self.rank)
+        files = store.step_dir(step).with_name(f"{_WRITING}{step}")
+        for left in store.root.glob(f"{_WRITING}*"):  # a write a crash cut short: its memory back
+            shutil.rmtree(left, ignore_errors=True)
         try:
-            self._write_and_send(step, staged, meta, drain_into)
+            files.mkdir(parents=True, mode=0o700)
+            self.shards.write_local(files)
+        except OSError as e:  # ENOSPC above all, in the engine's writes, which lie between its two barriers:
+            dist.barrier()  # the other ranks wait at the second for this one
+            shutil.rmtree(files, ignore_errors=True)
+            self._failed = f"writing {files} failed: {e.strerror or e} (out of node memory?)"
+            return None
+        return files
+
+    def _write(self, step: int, staged: dict | None, meta: dict, drain_into: Path | None = None,
+               files: Path | None = None) -> None:
+        try:
+            self._write_and_send(step, staged, meta, drain_into, files)
         finally:
             self._idle.set()
 
-    def _write_and_send(self, step: int, staged: dict | None, meta: dict, drain_into: Path | None) -> None:
+    def _write_and_send(self, step: int, staged: dict | None, meta: dict, drain_into: Path | None,
+                        written: Path | None = None) -> None:
         folder, drained = None, False
         try:  # whatever fails here, this rank still takes part in the exchange and the vote below, as the others do
             changed = self._deferred.land()
@@ -201,7 +236,7 @@ class FastTier:
                 print(f"hpc: rank {self.rank}: the fast tier's save of step {step} is dropped: {changed}; "
                       "its copies are taken on the training thread from now on", file=sys.stderr, flush=True)
             if staged is not None:
-                folder = self._commit(step, staged, meta)
+                folder = self._commit(step, staged, meta, written)
             drained = self.rank == 0 and folder is not None and drain_into is not None and self._drain(folder,
                                                                                                       drain_into)
         except Exception as e:  # noqa: BLE001 - a pickling error, a copy into a buffer of another shape, ...
@@ -231,17 +266,24 @@ class FastTier:
         if failed:
             self.fallback_due = self._failed or "another rank's fast tier is full or failed"
 
-    def _commit(self, step: int, staged: dict, meta: dict) -> Path | None:
+    def _commit(self, step: int, staged: dict, meta: dict, written: Path | None = None) -> Path | None:
+        """``written``: a folder of files a library wrote for this step (DeepSpeed's), moved in and checksummed."""
         store = self.node.store("own", self.rank)
         folder = store.step_dir(step)
         try:
             _fresh_dir(store, step)
             if folder.exists():
                 shutil.rmtree(folder)
-            folder.mkdir(parents=True, mode=0o700)
+            if written is not None:
+                written.rename(folder)  # the same memory: a rename, no copy
+            else:
+                folder.mkdir(parents=True, mode=0o700)
             files = FileSet(folder, self.rank)
             for name, obj in staged.items():
                 files.save(name, obj)
+            if written is not None:
+                files.claim(self.shards.local_files)
+                files.hash_claimed()
             manifest.commit(folder, files.sums, meta, fsync=False)
         except OSError as e:  # ENOSPC above all: a full tmpfs
             shutil.rmtree(folder, ignore_errors=True)
@@ -342,6 +384,7 @@ def _serve(tier_ref, jobs: queue.SimpleQueue) -> None:
 # because a node died) the peer is likely gone and the survivors' restart waits on this exit: a second at most. A
 # save cut short is never read: its manifest is written last.
 _tiers: weakref.WeakSet = weakref.WeakSet()
+_WRITING = ".writing-step-"  # a folder the engine writes into, renamed to its step's folder once committed
 HEADROOM_KEPT = 256 << 20  # what training keeps of the job's memory limit beside a save (its next step's growth)
 EXIT_WAIT_S = 5.0
 EXIT_WAIT_AFTER_ERROR_S = 1.0
