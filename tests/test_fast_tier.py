@@ -233,9 +233,9 @@ def test_a_sharded_models_ranks_each_keep_their_own_shards_and_a_lost_nodes_come
 def test_deepspeeds_ranks_each_keep_the_engines_own_files_and_a_lost_nodes_come_back_from_the_copy(tmp_path, stage):
     """DeepSpeed ZeRO-2 and ZeRO-3 on 2 ranks that stand for 2 nodes: the engine writes each rank's own files into
     its node's memory (its optimizer partition, and the module's state on every rank), checksummed and committed by
-    the tier (format "shard"), and the next node keeps a copy. Node 1 is lost with its memory at step 7; the resume reads
-    rank 1's files of step 6 from the copy node 0 kept (the shared tier has step 4) and trains on to the same losses
-    and weights as a straight run."""
+    the tier (format "shard"), and the next node keeps a copy. Node 1 is lost with its memory at step 7; the resume
+    reads rank 1's files of step 6 from the copy node 0 kept (the shared tier has step 4) and trains on to the same
+    losses and weights as a straight run."""
     spec = {**SPEC, "strategy": "deepspeed", "zero_stage": stage}
     port = 41000 + 10 * stage + os.getpid() % 2000
     run, job = _crashed_at_7_in_one_memory(tmp_path, spec, "ds", port)
