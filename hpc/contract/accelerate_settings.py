@@ -424,8 +424,7 @@ SETTINGS: dict[str, Callable] = {
     "machine_rank": expect("machine_rank", _int, "SLURM numbers the nodes; hpc submit leaves it to SLURM"),
     "main_process_ip": expect("main_process_ip", lambda ctx, n, v: str(v),
                               "the job's first node is the main process"),
-    # `accelerate config` writes null for "not said" (Accelerate reads it as unset)
-    "main_process_port": lambda ctx, name, v: None if v is None else key("main_process_port", _int)(ctx, name, v),
+    "main_process_port": key("main_process_port", _int),
     "gpu_ids": _gpu_ids,
     "rdzv_backend": quiet_if("static", "c10d", note="is not a rendezvous torch knows; hpc uses static (srun) "
                                                     "or c10d (torchrun)"),
@@ -540,14 +539,17 @@ def _handler(name: str) -> Callable | None:
 
 
 def flatten(settings: dict) -> dict[str, tuple[str, Any]]:
-    """Nested config-file mappings -> flat setting name -> (the key as written, value)."""
+    """Nested config-file mappings -> flat setting name -> (the key as written, value). A null is left out:
+    `accelerate config` writes it for "not said" (gpu_ids, main_process_ip, main_process_port, ...), and Accelerate
+    reads it as unset."""
     flat: dict[str, tuple[str, Any]] = {}
     for name, value in settings.items():
         if name in _NESTED_PREFIX and isinstance(value, dict):
             prefix = _NESTED_PREFIX[name]
             for inner, v in value.items():  # Accelerate writes megatron_lm_config's keys with their prefix
-                flat[inner if inner.startswith(prefix) else prefix + inner] = (f"{name}.{inner}", v)
-        elif name in _NESTED_PREFIX and value in (None, {}):
+                if v is not None:
+                    flat[inner if inner.startswith(prefix) else prefix + inner] = (f"{name}.{inner}", v)
+        elif value is None or (name in _NESTED_PREFIX and value == {}):
             continue
         else:
             flat[name] = (name, value)

@@ -268,10 +268,14 @@ def test_estimate_memory_cp_flag():
 
 
 def test_an_accelerate_megatron_config_file_as_accelerate_config_writes_it_is_taken(tmp_path):
-    """The seed's file: distributed_type MEGATRON_LM, megatron_lm_config's keys with their prefix, a null port."""
+    """The seed's file as the seed's Megatron-LM examples ship it: distributed_type MEGATRON_LM, megatron_lm_config's
+    keys with their prefix, nulls for what `accelerate config` was not told (gpu_ids, the main process' address and
+    port: Accelerate reads them as unset), empty deepspeed/fsdp sections."""
     (tmp_path / "acc.yaml").write_text(
-        "compute_environment: LOCAL_MACHINE\ndistributed_type: MEGATRON_LM\nmain_process_ip: null\n"
-        "main_process_port: null\nmachine_rank: 0\nnum_machines: 2\nnum_processes: 4\nmegatron_lm_config:\n"
+        "compute_environment: LOCAL_MACHINE\ndeepspeed_config: {}\ndistributed_type: MEGATRON_LM\n"
+        "downcast_bf16: 'no'\nfsdp_config: {}\ngpu_ids: null\nmain_process_ip: null\n"
+        "main_process_port: null\nmain_training_function: main\nrdzv_backend: static\nsame_network: true\n"
+        "machine_rank: 0\nnum_machines: 2\nnum_processes: 4\nmegatron_lm_config:\n"
         "  megatron_lm_gradient_clipping: 1.0\n  megatron_lm_num_micro_batches: 2\n  megatron_lm_pp_degree: 2\n"
         "  megatron_lm_recompute_activations: true\n  megatron_lm_sequence_parallelism: true\n"
         "  megatron_lm_tp_degree: 2\n  megatron_lm_use_distributed_optimizer: false\n")

@@ -12,6 +12,7 @@ will run beside training.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +75,27 @@ def _unwrapped(optimizer):
     """The torch optimizer inside hpc's wrapper. DCP gives a stateless optimizer (plain SGD) its state by calling
     step() with lr 0: through the wrapper that counted as a training step (completed_steps went up at every save)."""
     return getattr(optimizer, "optimizer", optimizer)
+
+
+@contextlib.contextmanager
+def _without_empty_groups(optimizer):
+    """The optimizer with its groups that hold no parameter set aside while DCP sets its state: torch's flattened
+    form fails on one (IndexError). Scripts make them (run_clm's no-decay group matches no name of a Llama), and a
+    pipeline stage empties those whose parameters live on other stages. They hold no state; they come back in their
+    places."""
+    groups = optimizer.param_groups
+    empty = [(i, g) for i, g in enumerate(groups) if not g["params"]]
+    if not empty:
+        yield
+        return
+    optimizer.param_groups = [g for g in groups if g["params"]]
+    try:
+        yield
+    finally:
+        kept = optimizer.param_groups
+        for i, group in empty:
+            kept.insert(i, group)
+        optimizer.param_groups = kept
 
 
 def _owner(optimizer, models):
@@ -221,8 +243,9 @@ class DcpFormat:
             set_model_state_dict(model, state[f"model_{i}"])
         for i, opt in enumerate(optimizers):
             opt = _unwrapped(opt)
-            set_optimizer_state_dict(_owner(opt, models), opt, state[f"optimizer_{i}"],
-                                     options=options or self.optimizer_options())
+            with _without_empty_groups(opt):
+                set_optimizer_state_dict(_owner(opt, models), opt, state[f"optimizer_{i}"],
+                                         options=options or self.optimizer_options())
 
     def whole_keys(self, model_state: dict) -> set | None:
         """The whole model's keys where this rank holds a part (a pipeline stage); None: this rank's are all."""
