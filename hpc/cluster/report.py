@@ -158,7 +158,7 @@ def attempt_dict(a: goodput.Attempt) -> dict:
 
 
 SUMMED = ("attempts", "queued_s", "steps_trained", "redone_steps", "saves", "save_stall_s", "save_fallbacks",
-          "fast_saves", "fast_stall_s", "loop_s", "recoveries", "recovery_s",
+          "fast_saves", "fast_stall_s", "fast_busy_s", "loop_s", "recoveries", "recovery_s",
           *(f"recovery_{p}" for p in recovery.PARTS))
 
 
@@ -269,7 +269,8 @@ def _replicas(value) -> str:
 def _fast(fast: dict) -> str:
     newest = f", newest at step {fast['step']}{_replicas(fast.get('replicas'))}" if fast.get("step") is not None \
         else ""
-    return f"fast tier: {fast['saves']} save(s), {fast['stall_s']:.2f} s stalled{newest}"
+    busy = f", {fast['busy_s']:.2f} s of writer-thread work beside the loop" if fast.get("busy_s") else ""
+    return f"fast tier: {fast['saves']} save(s), {fast['stall_s']:.2f} s stalled{busy}{newest}"
 
 
 def _s(value: float | None) -> str:
@@ -309,7 +310,8 @@ def checkpoint_lines(tot: dict) -> list[str]:
             said.append(f"{tot['save_fallbacks']} of them because the fast tier was full")
         if tot.get("fast_saves"):
             said.append(f"fast tier {tot['fast_saves']} save(s), {tot['fast_stall_s']:.2f} s stalled "
-                        f"({_pct(tot['fast_stall_s'], loop)})")
+                        f"({_pct(tot['fast_stall_s'], loop)}), its writer thread at work {tot['fast_busy_s']:.2f} s "
+                        "beside the loop")
         out.append("  checkpoints: " + "; ".join(said))
     if tot.get("recoveries"):
         parts = ", ".join(f"{p[:-2]} {tot[f'recovery_{p}']:.1f}" for p in recovery.PARTS)

@@ -97,7 +97,7 @@ class Attempt:
     resumed_folder: str | None = None
     step_ends: list[float] = field(default_factory=list)  # when known optimizer steps ended (progress, exit lines)
     exit_step_at: float | None = None  # the last optimizer step as an exiting process noted it (to the ms)
-    fast: dict | None = None  # the fast tier's saves: {"saves", "stall_s", "step", "replicas"} (None: no tier)
+    fast: dict | None = None  # the fast tier's saves: {"saves", "stall_s", "busy_s", "step", "replicas"} (None: none)
     fast_commits: list[tuple[float, int]] = field(default_factory=list)  # (progress line's t, fast tier's step)
     fast_stalls: list[tuple[float, float]] = field(default_factory=list)  # (progress line's t, stall since the last)
 
@@ -410,6 +410,7 @@ def _fill_tiers(a: Attempt, evs: list[dict], started: dict | None, resumed: dict
         last = fast[-1]
         a.fast = {"saves": sum(int(_float(f.get("n")) or 0) for f in fast),
                   "stall_s": sum(_float(f.get("stall_s")) or 0.0 for f in fast),
+                  "busy_s": sum(_float(f.get("busy_s")) or 0.0 for f in fast),
                   "step": _step(last), "replicas": last.get("replicas")}
 
 
@@ -533,5 +534,6 @@ def checkpoint_totals(attempts: list[Attempt]) -> dict:
         "save_fallbacks": sum(1 for s in saves if s.get("fallback")),
         "fast_saves": sum(f["saves"] for f in fast),
         "fast_stall_s": sum(f["stall_s"] for f in fast),
+        "fast_busy_s": sum(f.get("busy_s", 0.0) for f in fast),
         "loop_s": sum(sum(phases[p] for p in LOOP_PHASES) for phases in (a.phase_seconds() for a in attempts)),
     }

@@ -13,6 +13,7 @@ other). Per size, rank 0's medians over the steps after the first two:
   stall           on minus off: what a fast save holds the loop (the engine writes into node memory)
   hpc's stall     what hpc reports for it (the timeline's progress.fast: stall_s over its saves): the save call
                   alone; the writer thread's checksums and copy to the peer take CPU from the steps around it
+  hpc's writer busy  the writer thread's seconds at work a save, as hpc reports them (progress.fast.busy_s)
   run slower by   all steps after the first two, on against off: what the tier costs the run
   fast files      what one rank's fast folder holds
   shared save     one accelerator.save_state() onto disk (the shared tier's save, at the end of the run)
@@ -104,6 +105,7 @@ def run(tmp: Path, size: int, args, fast: bool) -> dict:
         files = max((f.get("bytes", 0) for f in fast), default=0)
         saves = sum(f.get("n", 0) for f in fast)
         out["reported"] = sum(f.get("stall_s", 0) for f in fast) / saves if saves else float("nan")
+        out["busy"] = sum(f.get("busy_s", 0) for f in fast) / saves if saves else float("nan")
     shutil.rmtree(work, ignore_errors=True)
     shutil.rmtree(memory, ignore_errors=True)
     return {**out, "files": files}
@@ -129,16 +131,16 @@ def main() -> None:
             saving = [t for i, t in enumerate(on["times"]) if i >= 2 and i % args.every == 0]
             # what the tier costs the run: all steps after the first two, on against off
             overhead = sum(on["times"][later]) / sum(off["times"][later]) - 1
-            rows.append((text, step_off, statistics.median(saving), on["reported"], overhead, on["files"],
-                         statistics.median([off["shared"], on["shared"]])))
+            rows.append((text, step_off, statistics.median(saving), on["reported"], on["busy"], overhead,
+                         on["files"], statistics.median([off["shared"], on["shared"]])))
     print(f"DeepSpeed ZeRO-{args.stage}, 2 ranks on {socket.gethostname()} ({os.cpu_count()} CPUs, gloo), fast tier "
           f"{args.dir} every {args.every} step(s) with replicas 2, median of steps 3..{args.steps} (with a save: "
           "the steps after one)")
-    print("| weights | step off (s) | step on (s) | stall (s) | hpc's stall (s) | run slower by | fast files a rank | "
-          "shared save_state (s) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for text, step_off, step_on, reported, overhead, files, shared in rows:
-        print(f"| {text} | {step_off:.3f} | {step_on:.3f} | {step_on - step_off:.3f} | {reported:.3f} | "
+    print("| weights | step off (s) | step on (s) | stall (s) | hpc's stall (s) | hpc's writer busy (s) "
+          "| run slower by | fast files a rank | shared save_state (s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for text, step_off, step_on, reported, busy, overhead, files, shared in rows:
+        print(f"| {text} | {step_off:.3f} | {step_on:.3f} | {step_on - step_off:.3f} | {reported:.3f} | {busy:.3f} | "
               f"{100 * overhead:.0f} % | {files / 2**20:.0f} MiB | {shared:.2f} |")
 
 

@@ -157,7 +157,7 @@ def _tiers_timeline() -> list[goodput.Attempt]:
     """The checkpoint tiers' lines: a fast save every step (counted in each progress line), a shared save
     drained from the fast tier, one that fell back to the shared tier; node2 lost and the spare node3 in its
     place, the new run reading the newest step from a peer's copy."""
-    fast = {"step": 10, "n": 10, "stall_s": 0.5, "replicas": ["node1", "node2"]}
+    fast = {"step": 10, "n": 10, "stall_s": 0.5, "busy_s": 3.0, "replicas": ["node1", "node2"]}
     return goodput.build(timeline.parse("".join([
         _line(1002.0, 0, "started", proc_start=1001.0, nodes=3, run_nodes=2, world=2, step=0,
               hosts=["node1", "node2"]),
@@ -171,7 +171,8 @@ def _tiers_timeline() -> list[goodput.Attempt]:
               hosts=["node1", "node<3>"]),  # the spare, known by its hosts as hpc writes them
         _line(1031.0, 0, "resumed", step=21, load_s=0.4, tier="peer", folder="/dev/shm/c/step-21"),
         _line(1031.5, 0, "training", step=21),
-        _line(1041.5, 0, "progress", step=31, fast={"step": 31, "n": 10, "stall_s": 0.25, "replicas": 2}),
+        _line(1041.5, 0, "progress", step=31, fast={"step": 31, "n": 10, "stall_s": 0.25, "busy_s": 1.5,
+                                                     "replicas": 2}),
         _line(1050.0, 0, "ended", step=40, last_step_t=1049.0, how="exit"),
     ])), report.allocations(parse_fields("9|9|COMPLETED|990|1000|1060|3|node[1-3]\n", ATTEMPT_FIELDS), 985))
 
@@ -185,7 +186,7 @@ def test_the_tiers_each_save_went_to_each_resume_read_and_the_spare_are_in_the_r
     assert r["detection_s"] == pytest.approx(0.1) and r["restart_s"] == 4.0 and r["startup_s"] == 1.5
     assert [(s["tier"], s["from"], s["fallback"]) for s in first.saves] == [
         ("shared", "node", None), ("shared", None, "fast tier full")]
-    assert first.fast == {"saves": 20, "stall_s": 1.0, "step": 20, "replicas": ["node1", "node2"]}
+    assert first.fast == {"saves": 20, "stall_s": 1.0, "busy_s": 6.0, "step": 20, "replicas": ["node1", "node2"]}
     # the fast tier's stall is the loop's: checkpoint time, not training; the parts still add up
     assert first.phase_seconds()["checkpoint"] == pytest.approx(2.0 + 1.0)
     assert second.phase_seconds()["checkpoint"] == pytest.approx(0.25)
@@ -193,17 +194,19 @@ def test_the_tiers_each_save_went_to_each_resume_read_and_the_spare_are_in_the_r
         assert sum(a.phase_node_seconds().values()) == pytest.approx(a.allocated_node_s)
     tot = goodput.totals(attempts)
     assert (tot["saves"], tot["save_fallbacks"], tot["fast_saves"]) == (2, 1, 30)
-    assert tot["fast_stall_s"] == pytest.approx(1.25)
+    assert tot["fast_stall_s"] == pytest.approx(1.25) and tot["fast_busy_s"] == pytest.approx(7.5)
     assert tot["loop_s"] == pytest.approx((1025.9 - 1004.0) + (1049.0 - 1031.5))
 
     task = report.task_dict("0", "COMPLETED", attempts)
     out = report.text(_report(task))
     assert "step 10 +15.0s (0.00 s, shared from node)" in out
     assert "step 20 +25.0s (2.00 s, shared (fallback: fast tier full))" in out
-    assert "fast tier: 20 save(s), 1.00 s stalled, newest at step 20 on 2 node(s) (node[1-2])" in out
+    assert ("fast tier: 20 save(s), 1.00 s stalled, 6.00 s of writer-thread work beside the loop, newest at step 20 "
+            "on 2 node(s) (node[1-2])") in out
     assert "resumed from 21, read from the peer tier in 0.40 s" in out
     assert "elastic restart, node2 lost, spare node<3>" in out and "0.40 (peer)" in out
-    assert "1 of them because the fast tier was full; fast tier 30 save(s), 1.25 s stalled (3.2%)" in out
+    assert ("1 of them because the fast tier was full; fast tier 30 save(s), 1.25 s stalled (3.2%), its writer "
+            "thread at work 7.50 s beside the loop") in out
     page = report_html.page(_report(task))
     assert "node&lt;3&gt;" in page and "node<3>" not in page
     assert "fast tier full" in page and 'fill="#b00020"><title>checkpoint at step 20' in page

@@ -47,13 +47,16 @@ class Saves:
     step: int | None = None  # the newest fast-committed step
     n: int = 0
     stall_s: float = 0.0
+    # the writer thread's seconds at work (write, checksums, the copy to and from the peer): beside the loop, but
+    # on the cores the loop may need (a CPU-bound job's steps slow down by up to this)
+    busy_s: float = 0.0
     replicas: int = 0  # nodes holding the newest one
     bytes: int = 0  # the newest one's files (rank 0's: the replicated state), for `hpc submit`'s check next time
 
     def take(self) -> dict:
-        out = {"step": self.step, "n": self.n, "stall_s": round(self.stall_s, 4), "replicas": self.replicas,
-               "bytes": self.bytes}
-        self.n, self.stall_s = 0, 0.0
+        out = {"step": self.step, "n": self.n, "stall_s": round(self.stall_s, 4), "busy_s": round(self.busy_s, 4),
+               "replicas": self.replicas, "bytes": self.bytes}
+        self.n, self.stall_s, self.busy_s = 0, 0.0, 0.0
         return out
 
 
@@ -220,9 +223,11 @@ class FastTier:
 
     def _write(self, step: int, staged: dict | None, meta: dict, drain_into: Path | None = None,
                files: Path | None = None) -> None:
+        started = time.monotonic()
         try:
             self._write_and_send(step, staged, meta, drain_into, files)
         finally:
+            self.saves.busy_s += time.monotonic() - started
             self._idle.set()
 
     def _write_and_send(self, step: int, staged: dict | None, meta: dict, drain_into: Path | None,
