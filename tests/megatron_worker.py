@@ -1,12 +1,12 @@
 """One rank of the Megatron-LM layout test: the training loop of transformers' run_clm_no_trainer.py with the four
 edits of Accelerate's Megatron-LM page (MegatronLMDummyScheduler, megatron_lm_plugin.global_batch_size, losses
-averaged over the data-parallel group, save_state/load_state), imports from hpc, on a small Llama built from a
-config.
+averaged over the data-parallel group, save_state/load_state), imports from hpc, on a small Llama (or GPT-2) built
+from a config.
 
     python megatron_worker.py SPEC_JSON
 
-SPEC keys: global_batch (the same in every layout), steps, out, project, clip (plain data parallelism clips by
-hand what the plugin's gradient_clipping clips), save (save_state after `save_at` steps; after the run, load_state
+SPEC keys: model ("gpt2": a small GPT-2, its head tied; else a Llama), global_batch (the same in every layout), steps,
+out, project, clip (plain data parallelism clips by hand what the plugin's gradient_clipping clips), save (save_state after `save_at` steps; after the run, load_state
 from it and train the steps after it again: "resumed"), load (after the run, load_state another layout's checkpoint:
 "loaded_weights"). The layout comes from the launch (MEGATRON_LM_* variables), plain data parallelism without.
 Rank 0 writes to `out`: per-step training losses, the evaluation loss, the whole weights, and each rank's count of
@@ -39,10 +39,14 @@ def main() -> None:
     acc = Accelerator(project_dir=spec["project"])
     megatron = acc.distributed_type == DistributedType.MEGATRON_LM
     set_seed(0)
-    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
-                                      max_position_embeddings=64, tie_word_embeddings=False)
-    model = transformers.LlamaForCausalLM(config)
+    if spec.get("model") == "gpt2":  # the seed's model: learned positions, fused attention, its head tied
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_embd=32, n_layer=4, n_head=4, vocab_size=128, n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
+            attn_pdrop=0.0))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=128, max_position_embeddings=64, tie_word_embeddings=False))
     if megatron:
         plugin = acc.state.megatron_lm_plugin
         dp = acc.num_processes // (plugin.tp_degree * plugin.pp_degree)

@@ -129,3 +129,49 @@ def test_megatron_generate_decodes_as_transformers_generate_on_the_same_weights(
     assert torch.equal(run["generated"], expected)
     # as Accelerate's under Megatron-LM: the script's main process is the last rank, where the loss is
     assert run["main"] == [False, False, False, True]
+
+
+# GPT-2, the seed's model: learned positions and a head tied to the embeddings. Its fused q/k/v attention is not cut
+# by tensor parallelism (refused in one line); a pipeline keeps the tied weight on the first and the last stage and
+# sums their gradients, so both take the same steps as the one tied weight of plain data parallelism.
+GPT2_PP = ["--megatron_lm_pp_degree", "2", "--megatron_lm_num_micro_batches", "2",
+           "--megatron_lm_use_distributed_optimizer", "true"]
+
+
+@pytest.fixture(scope="module")
+def gpt2_runs(tmp_path_factory):
+    saved = tmp_path_factory.mktemp("gpt2-saved") / "saved"
+    out = {"plain": _launch(tmp_path_factory.mktemp("gpt2-plain"), 1, [], {"model": "gpt2", "clip": float(CLIP)}),
+           "pp2 x dp2": _launch(tmp_path_factory.mktemp("gpt2-pp2dp2"), 4, GPT2_PP,
+                                {"model": "gpt2", "save": str(saved), "save_at": SAVE_AT})}
+    out["fsdp"] = _launch(tmp_path_factory.mktemp("gpt2-fsdp"), 2, ["--use_fsdp"],
+                          {"model": "gpt2", "clip": float(CLIP), "load": str(saved), "steps": 1})
+    return out
+
+
+def test_gpt2_under_a_pipeline_trains_evaluates_and_resumes_as_plain_data_parallelism(gpt2_runs):
+    plain, piped = gpt2_runs["plain"], gpt2_runs["pp2 x dp2"]
+    assert torch.allclose(torch.tensor(piped["losses"]), torch.tensor(plain["losses"]), rtol=1e-4, atol=0), (
+        piped["losses"], plain["losses"])
+    assert piped["eval"] == pytest.approx(plain["eval"], rel=1e-4)
+    # the tied weight: the first stage's embedding and the last stage's head took the same steps
+    assert torch.allclose(piped["weights"]["transformer.wte.weight"], piped["weights"]["lm_head.weight"])
+    for name, weight in piped["weights"].items():
+        assert torch.allclose(weight, plain["weights"][name], rtol=1e-3, atol=1e-5), name
+    assert piped["resumed"] == pytest.approx(piped["losses"][SAVE_AT:], rel=1e-5)
+
+
+def test_gpt2s_pipeline_checkpoint_loads_under_plain_fsdp_with_equal_weights(gpt2_runs):
+    saved, loaded = gpt2_runs["pp2 x dp2"]["saved_weights"], gpt2_runs["fsdp"]["loaded_weights"]
+    for name in saved:
+        assert torch.allclose(loaded[name], saved[name]), name
+
+
+def test_gpt2_with_tensor_parallelism_is_refused_in_one_line(tmp_path):
+    spec = {"project": str(tmp_path / "p"), "global_batch": 8, "steps": 1, "out": str(tmp_path / "out.pt"),
+            "model": "gpt2"}
+    done = subprocess.run([sys.executable, "-m", "hpc", "launch", "--nproc", "2", "--use_megatron_lm",
+                           "--megatron_lm_tp_degree", "2", str(WORKER), json.dumps(spec)], cwd=tmp_path,
+                          env=launch_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "attention is one fused q/k/v layer, which hpc does not cut by heads" in done.stderr, done.stderr[-2000:]

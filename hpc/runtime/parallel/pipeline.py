@@ -5,10 +5,11 @@ The model a rank keeps is the model itself, trimmed: the embeddings on the first
 on the last, and between them this stage's blocks (a ModuleDict keyed by the blocks' own numbers). Every weight
 keeps its name in the whole model, so a checkpoint written under one layout loads under another (DCP).
 
-The stage's forward is hpc's (`stage_forward`), not the model's: the first stage takes token ids, the others the
-hidden states the previous stage sent, the last returns logits. It serves the transformers decoders that describe
-their own pipeline split (`config.base_model_pp_plan`: embed_tokens, layers, norm; Llama, Mistral, Qwen2 and kin)
-with rotary position embeddings computed locally; attention is causal over whole sequences (no padding).
+The stage's forward is hpc's (decoder_families.stage_forward), not the model's: the first stage takes token ids, the
+others the hidden states the previous stage sent, the last returns logits. It serves the decoder families of
+decoder_families.py (Llama's kin, with rotary position embeddings computed locally; GPT-2, whose head tied to its
+embeddings is a copy on the last stage, its gradient summed with the first stage's); attention is causal over whole
+sequences (no padding).
 
 Under sequence parallelism the hidden states between blocks (and between stages) are the tp rank's slice of the
 sequence, so the stage recomputes the full length from its slice.
@@ -21,25 +22,25 @@ import types
 import torch
 
 from hpc.errors import HpcError
+from hpc.runtime.parallel import decoder_families
 
 SCHEDULES = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe"}
 
 
-def check_family(model: torch.nn.Module) -> None:
-    """One line where the model is not a decoder this module can split and run."""
-    base = getattr(model, "model", None)
-    plan = getattr(getattr(model, "config", None), "base_model_pp_plan", None)
-    parts = ("embed_tokens", "layers", "norm", "rotary_emb")
-    if not (isinstance(plan, dict) and base is not None and all(hasattr(base, p) for p in parts)
-            and hasattr(model, "lm_head")):
-        raise HpcError(f"Megatron-LM layout: {type(model).__name__} is not a decoder hpc splits into stages (it runs "
-                       "transformers' decoders with a pipeline plan: model.embed_tokens, model.layers, model.norm, "
-                       "lm_head; Llama, Mistral, Qwen2 and kin)",
-                       fix="use such a model, or FSDP/ParallelismConfig for other models")
-    if getattr(model.config, "tie_word_embeddings", False):
-        raise HpcError(f"Megatron-LM layout: {type(model).__name__} ties its head to its embeddings; hpc keeps them on "
-                       "different stages and does not all-reduce their gradients", fix="build it with "
+def check_family(model: torch.nn.Module, tp: int = 1, stages: int = 1):
+    """The model's family (decoder_families); one line where it is not a decoder this module can split and run, or
+    cannot be cut for ``tp``, or ties its head to its embeddings where a pipeline of ``stages`` cannot keep the tie
+    (both on one stage, or with tensor parallelism)."""
+    kind = decoder_families.family(model)
+    if tp > 1 and not kind.tensor_parallel:
+        raise HpcError(f"Megatron-LM layout: tp_degree {tp}: {type(model).__name__}'s attention is one fused q/k/v "
+                       "layer, which hpc does not cut by heads", fix="use tp_degree 1 with pp_degree and data "
+                       "parallelism, or a Llama-like model for tensor parallelism")
+    if decoder_families.tied(model) and kind.tensor_parallel:
+        raise HpcError(f"Megatron-LM layout: {type(model).__name__} ties its head to its embeddings; hpc keeps them "
+                       "on different stages and cuts them by vocabulary separately", fix="build it with "
                        "tie_word_embeddings=False")
+    return kind
 
 
 def stage_layers(num_layers: int, stages: int, stage: int) -> range:
@@ -53,41 +54,26 @@ def stage_layers(num_layers: int, stages: int, stage: int) -> range:
 
 
 def trim(model: torch.nn.Module, stage: int, stages: int) -> torch.nn.Module:
-    """The model cut to one stage's parts, in place; the stage's forward installed (sequence_factor 1 for now)."""
-    base = model.model
-    layers = stage_layers(len(base.layers), stages, stage)
-    kept = {str(i): base.layers[i] for i in layers}
-    base.layers = torch.nn.ModuleDict(kept)  # the same names as the ModuleList's: model.layers.<i>
+    """The model cut to one stage's parts, in place; the stage's forward installed (sequence_factor 1 for now). A
+    head tied to the embeddings keeps the embeddings' weight on the last stage as its own copy (a first and a last
+    stage each hold one; TiedHead keeps their gradients summed)."""
+    kind = decoder_families.family(model)
+    trunk = decoder_families.base(model, kind)
+    all_blocks = getattr(trunk, kind.blocks_name)
+    layers = stage_layers(len(all_blocks), stages, stage)
+    # the same names as the ModuleList's: <base>.<blocks>.<i>
+    setattr(trunk, kind.blocks_name, torch.nn.ModuleDict({str(i): all_blocks[i] for i in layers}))
     if stage != 0:
-        base.embed_tokens = None
+        for name in kind.embeddings:
+            setattr(trunk, name, None)
     if stage != stages - 1:
-        base.norm, model.lm_head = None, None
+        for name in kind.final:
+            setattr(trunk, name, None)
+        model.lm_head = None
     model._hpc_sequence_factor = 1
-    model.forward = types.MethodType(stage_forward, model)
+    model._hpc_family = kind
+    model.forward = types.MethodType(decoder_families.stage_forward, model)
     return model
-
-
-def stage_forward(self, x: torch.Tensor) -> torch.Tensor:
-    """Token ids (first stage) or hidden states -> hidden states, or logits on the last stage."""
-    base = self.model
-    if base.embed_tokens is not None:
-        length = x.shape[1]
-        hidden = base.embed_tokens(x)
-    else:
-        length = x.shape[1] * self._hpc_sequence_factor
-        hidden = x
-    hidden = hidden.to_local() if hasattr(hidden, "to_local") else hidden
-    positions = torch.arange(length, device=hidden.device).unsqueeze(0)
-    rotary = base.rotary_emb(hidden, position_ids=positions)
-    # an additive causal mask: eager and sdpa attention both take it
-    mask = torch.full((length, length), torch.finfo(hidden.dtype).min, device=hidden.device,
-                      dtype=hidden.dtype).triu(1)[None, None]
-    for layer in base.layers.values():
-        hidden = layer(hidden, attention_mask=mask, position_ids=positions, position_embeddings=rotary)
-    if base.norm is None:
-        return hidden
-    logits = self.lm_head(base.norm(hidden))
-    return logits.to_local() if hasattr(logits, "to_local") else logits
 
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

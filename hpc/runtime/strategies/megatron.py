@@ -25,8 +25,8 @@ import torch
 import torch.distributed as dist
 
 from hpc.errors import HpcError
+from hpc.runtime.parallel import decoder_families, tensor_parallel
 from hpc.runtime.parallel import pipeline as pp
-from hpc.runtime.parallel import tensor_parallel
 from hpc.runtime.parallel.parallelize import ModelSettings, parallelize
 from hpc.runtime.strategies.base import Strategy
 from hpc.runtime.strategies.megatron_plugin import MegatronLMPlugin
@@ -100,6 +100,31 @@ class MegatronModel(torch.nn.Module):
         return ids
 
 
+class TiedHead:
+    """A head tied to the embeddings, split over a pipeline: the first stage's embedding weight and the last stage's
+    copy as the head's weight, trained as one parameter (Megatron-LM's embedding group): before each optimizer step
+    their gradients are summed between the two stages (each data and tensor rank with its counterpart), so both
+    take the same step from the same start."""
+
+    def __init__(self, module, kind, device_mesh, stage: int, stages: int):
+        mesh = device_mesh.mesh  # pp x dp_replicate x dp_shard x tp: ranks
+        self.group = None
+        for first, last in zip(mesh[0].reshape(-1).tolist(), mesh[stages - 1].reshape(-1).tolist()):
+            group = dist.new_group([first, last])  # every rank makes every group, in the same order
+            if dist.get_rank() in (first, last):
+                self.group = group
+        trunk = decoder_families.base(module, kind)
+        self.mine = (getattr(trunk, kind.embeddings[0]).weight if stage == 0
+                     else module.lm_head.weight if stage == stages - 1 else None)
+        self.copy = module.lm_head.weight if stage == stages - 1 else None
+
+    def sum_gradients(self) -> None:
+        if self.mine is None or self.mine.grad is None:
+            return
+        grad = self.mine.grad
+        dist.all_reduce(grad.to_local() if hasattr(grad, "to_local") else grad, group=self.group)
+
+
 class MegatronStrategy(Strategy):
     name = "megatron"
     needs_process_group = True
@@ -127,6 +152,7 @@ class MegatronStrategy(Strategy):
         self.scheduled_backward = False
         state.main_is_last = True  # the script's is_main_process: the last rank, where the loss is (Accelerate's)
         self._new_params: dict[int, torch.nn.Parameter | None] = {}
+        self._tie: TiedHead | None = None
         self._optimizers: list = []
         self.pipelines: list[pp.Pipeline] = []
 
@@ -162,10 +188,15 @@ class MegatronStrategy(Strategy):
         if isinstance(model, MegatronModel):
             return model
         self.plugin.check_supported()
-        pp.check_family(model)
-        names = {id(p): n for n, p in model.named_parameters()}
         stage, stages = self.rank_in("pp"), self.sizes["pp"]
-        layer_class = type(model.model.layers[0]).__name__
+        kind = pp.check_family(model, self.sizes["tp"], stages)
+        # every name of each parameter: a tied head's weight is the embeddings' under both names, and the last
+        # stage keeps it as lm_head's alone
+        names: dict[int, list[str]] = {}
+        for n, p in model.named_parameters(remove_duplicate=False):
+            names.setdefault(id(p), []).append(n)
+        tied = decoder_families.tied(model) and stages > 1
+        layer_class = type(decoder_families.blocks(model, kind)[0]).__name__
         settings = dataclasses.replace(
             settings, tp_plan=tensor_parallel.decoder_plan(bool(self.plugin.sequence_parallelism)),
             activation_checkpointing=bool(self.plugin.recompute_activations),
@@ -180,8 +211,10 @@ class MegatronStrategy(Strategy):
                                    self.plugin.pipeline_schedule)
             self.pipelines.append(pipeline)
         now = {n.replace(_CHECKPOINT_PREFIX, ""): p for n, p in module.named_parameters()}
-        for old_id, name in names.items():
-            self._new_params[old_id] = now.get(name)  # None: on another stage
+        for old_id, said in names.items():
+            self._new_params[old_id] = next((now[n] for n in said if n in now), None)  # None: on another stage
+        if tied:
+            self._tie = TiedHead(module, kind, self.device_mesh, stage, stages)
         for opt in self._optimizers:
             self._switch(opt)
         return MegatronModel(module, self, pipeline)
@@ -194,7 +227,7 @@ class MegatronStrategy(Strategy):
         from torch.distributed.fsdp import fully_shard
 
         mesh = self.device_mesh["dp_replicate", "dp_shard"]
-        for layer in model.model.layers.values():
+        for layer in decoder_families.blocks(model).values():
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
         return model
@@ -240,6 +273,8 @@ class MegatronStrategy(Strategy):
         super().backward(loss, scaler, **kwargs)
 
     def optimizer_step(self, optimizer, scaler, closure=None) -> bool:
+        if self._tie is not None:
+            self._tie.sum_gradients()
         clip = self.plugin.gradient_clipping
         if clip and clip > 0:
             self.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], clip)
@@ -251,11 +286,14 @@ class MegatronStrategy(Strategy):
 
         parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
         grads = [p.grad for p in parameters if p.grad is not None]
+        # a tied head's copy on the last stage is the first stage's parameter: its norm is counted there, once
+        copy = self._tie.copy if self._tie is not None else None
+        counted = [p.grad for p in parameters if p.grad is not None and p is not copy]
         if norm_type == math.inf:
             raise HpcError("clip_grad_norm_(norm_type=inf) under the Megatron-LM layout", fix="use norm_type=2")
         total = torch.zeros((), device=self.state.device)
         by_mesh: dict = {}
-        for g in grads:
+        for g in counted:
             by_mesh.setdefault(g.device_mesh if isinstance(g, DTensor) else None, []).append(g)
         for group in by_mesh.values():
             norm = torch.nn.utils.get_total_norm(group, norm_type)
@@ -266,6 +304,9 @@ class MegatronStrategy(Strategy):
         total = total ** (1.0 / norm_type)
         coefficient = max_norm / (float(total) + 1e-6)
         if coefficient < 1.0:
+            by_mesh = {}
+            for g in grads:
+                by_mesh.setdefault(g.device_mesh if isinstance(g, DTensor) else None, []).append(g)
             for group in by_mesh.values():
                 torch._foreach_mul_(group, coefficient)
         return total
