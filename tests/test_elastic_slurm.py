@@ -211,10 +211,14 @@ def _the_report_counts_the_restart(project: Path, job_id: str, steps_file: Path)
     assert second["resumed_from"] == again[0][0] - 1
     assert first["redone_steps"] == lost[-1][0] - second["resumed_from"]
     assert data["totals"]["steps_trained"] == len(lost) + len(again) == lost[-1][0] + again[-1][0] - again[0][0] + 1
-    # the wait: from the last step before the loss to the first after it, less the first step's own time
+    # the wait: from the last step before the loss to the first after it (the first step's own time in it), against
+    # the report's recovery from that step to training again. Its detection holds the wait for the kill itself:
+    # the worker holds at a step until the test has killed the node, which takes the test seconds under load
+    # (5.1 s once, where the old comparison, restart and startup alone, took it for a miscount)
     waited = again[0][1] - lost[-1][1]
-    restart_s = second["phases_s"]["restart"] + second["phases_s"]["startup"]
-    assert waited - 3 <= restart_s <= waited + 1, (waited, second["phases_s"])
+    (rec,) = task["recoveries"]
+    recovered = rec["detection_s"] + rec["restart_s"] + rec["startup_s"]
+    assert waited - 2 <= recovered <= waited + 0.5, (waited, rec)
     assert second["phases_s"]["restart"] > 0 and (first["node_s"]["redone"] > 0) == (first["redone_steps"] > 0)
     for a in task["attempts"]:  # each run's parts add up to its slice of the allocation
         assert sum(a["node_s"].values()) == pytest.approx(a["allocated_node_s"], abs=0.01), a
