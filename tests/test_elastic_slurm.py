@@ -76,6 +76,7 @@ def test_an_elastic_job_goes_on_without_a_node_that_dies_and_completes_exactly(s
     killed = time.time()
     try:
         subprocess.run([str(SLURM_LOCAL), how, victim], check=True, capture_output=True)
+        kill_done = time.time()
         (run / "killed").write_text("")
         proc = hpc(tmp_path, "wait", info["job_id"], timeout=240)
         logs = hpc(tmp_path, "logs", "--all", info["job_id"], check=True).stdout
@@ -100,7 +101,7 @@ def test_an_elastic_job_goes_on_without_a_node_that_dies_and_completes_exactly(s
         assert lost[-1] - (again[0] - 1) <= 1, (lost, again)  # at most the step in flight is trained twice
         info_now = status(tmp_path, info["job_id"])
         assert info_now["lost_nodes"] == [victim], info_now
-        _the_report_counts_the_restart(tmp_path, info["job_id"], run / "steps")
+        _the_report_counts_the_restart(tmp_path, info["job_id"], run / "steps", kill_done)
         _the_restart_took_seconds(tmp_path, info["job_id"], killed, after["trained_at"])
     finally:  # idempotent: nothing happens if it is running
         if how == "kill-node":
@@ -195,7 +196,7 @@ def _the_restart_took_seconds(project: Path, job_id: str, killed: float, trained
     assert trained_at - killed <= TRAINING_AGAIN_BOUND_S, (trained_at - killed, phases)
 
 
-def _the_report_counts_the_restart(project: Path, job_id: str, steps_file: Path) -> None:
+def _the_report_counts_the_restart(project: Path, job_id: str, steps_file: Path, kill_done: float) -> None:
     """`hpc report` against the worker's own step log: the lost run's steps up to the loss, the ones trained again
     after the restart as redone, and the wait between the runs as restart time, not training (it used to report
     one run resumed from the checkpoint, nothing redone, and the wait as training)."""
@@ -211,14 +212,13 @@ def _the_report_counts_the_restart(project: Path, job_id: str, steps_file: Path)
     assert second["resumed_from"] == again[0][0] - 1
     assert first["redone_steps"] == lost[-1][0] - second["resumed_from"]
     assert data["totals"]["steps_trained"] == len(lost) + len(again) == lost[-1][0] + again[-1][0] - again[0][0] + 1
-    # the wait: from the last step before the loss to the first after it (the first step's own time in it), against
-    # the report's recovery from that step to training again. Its detection holds the wait for the kill itself:
-    # the worker holds at a step until the test has killed the node, which takes the test seconds under load
-    # (5.1 s once, where the old comparison, restart and startup alone, took it for a miscount)
-    waited = again[0][1] - lost[-1][1]
+    # the recovery's ends against the worker's clock: it starts at the lost run's last step (or at the survivor's
+    # fast save of that step, which commits in the moments around the kill), and ends as training starts again,
+    # within the first step after it. Not its length against the worker's wait: that wait
+    # holds the seconds the test takes to kill the held node under load (5.1 s once, 6.8 s once)
     (rec,) = task["recoveries"]
-    recovered = rec["detection_s"] + rec["restart_s"] + rec["startup_s"]
-    assert waited - 2 <= recovered <= waited + 0.5, (waited, rec)
+    assert lost[-1][1] - 0.1 <= rec["last_step_at"] <= kill_done + 2, (lost[-1], kill_done, rec)
+    assert 0 <= again[0][1] - rec["training_at"] <= 3, (again[0], rec)
     assert second["phases_s"]["restart"] > 0 and (first["node_s"]["redone"] > 0) == (first["redone_steps"] > 0)
     for a in task["attempts"]:  # each run's parts add up to its slice of the allocation
         assert sum(a["node_s"].values()) == pytest.approx(a["allocated_node_s"], abs=0.01), a
