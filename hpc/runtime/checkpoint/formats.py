@@ -311,10 +311,11 @@ class DeepSpeedFormat:
     def local_bytes(self) -> int:
         """About what write_local writes, before it does (the tier's room check): the module's weights, and this
         rank's partition of the fp32 weights and two Adam moments."""
-        params = list(self.strategy.engine.module.parameters())
-        numel = sum(getattr(p, "ds_numel", p.numel()) for p in params)  # ZeRO-3 leaves each parameter empty
-        weights = sum(getattr(p, "ds_numel", p.numel()) * p.element_size() for p in params)
-        return weights + 12 * numel // max(self.strategy.engine.dp_world_size, 1)
+        # ZeRO-3 leaves each parameter empty: its ds_numel is the whole
+        params = self.strategy.engine.module.parameters()
+        sizes = [(getattr(p, "ds_numel", p.numel()), p.element_size()) for p in params]
+        weights = sum(n * size for n, size in sizes)
+        return weights + 12 * sum(n for n, _ in sizes) // max(self.strategy.engine.dp_world_size, 1)
 
     def local_layout(self, models, optimizers) -> str:
         """The ZeRO stage, the data-parallel size and every parameter's name and shape: what a rank's partition

@@ -27,10 +27,10 @@ from hpc.runtime.parallel import decoder_families
 SCHEDULES = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe"}
 
 
-def check_family(model: torch.nn.Module, tp: int = 1, stages: int = 1):
+def check_family(model: torch.nn.Module, tp: int = 1):
     """The model's family (decoder_families); one line where it is not a decoder this module can split and run, or
-    cannot be cut for ``tp``, or ties its head to its embeddings where a pipeline of ``stages`` cannot keep the tie
-    (both on one stage, or with tensor parallelism)."""
+    cannot be cut for ``tp``, or ties its head to its embeddings in a family cut by vocabulary (a tied GPT-2 keeps
+    the tie: TiedHead)."""
     kind = decoder_families.family(model)
     if tp > 1 and not kind.tensor_parallel:
         raise HpcError(f"Megatron-LM layout: tp_degree {tp}: {type(model).__name__}'s attention is one fused q/k/v "

@@ -189,7 +189,7 @@ class MegatronStrategy(Strategy):
             return model
         self.plugin.check_supported()
         stage, stages = self.rank_in("pp"), self.sizes["pp"]
-        kind = pp.check_family(model, self.sizes["tp"], stages)
+        kind = pp.check_family(model, self.sizes["tp"])
         # every name of each parameter: a tied head's weight is the embeddings' under both names, and the last
         # stage keeps it as lm_head's alone
         names: dict[int, list[str]] = {}

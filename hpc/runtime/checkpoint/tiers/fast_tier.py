@@ -128,10 +128,9 @@ class FastTier:
                             f"training {_size(HEADROOM_KEPT)} beside it (tmpfs pages count against the limit: "
                             "the kernel would kill the job)")
             staged = None
-        files = None
-        if written is not None:
-            files = self._write_files(step, staged is not None)
-            staged = staged if files is not None else None
+        files = self._write_files(step, staged is not None) if written is not None else None
+        if written is not None and files is None:
+            staged = None
         kind = manifest.SHARD if self.shards is not None else "full" if self.whole else manifest.PART
         if self.shards is not None:
             meta = {**meta, "layout": self.layout()}
