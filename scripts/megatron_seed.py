@@ -1,15 +1,14 @@
 #!/usr/bin/env python3
 """Run the script of Accelerate's Megatron-LM page (transformers' run_clm_no_trainer.py with its four Megatron edits,
 as pacman100/accelerate-megatron-test ships it) under hpc, imports changed only, with the page's accelerate config
-file, in each Megatron layout on 4 CPU processes, then resume the tp2 x pp2 run from its step_2 checkpoint.
+file, in each Megatron layout on 4 CPU processes, then resume GPT-2's tp2 x pp2 run from its step_2 checkpoint.
 
     git --git-dir=$(fetch pacman100/accelerate-megatron-test) archive HEAD src | tar x -C /tmp/megatron-src
     .venv/bin/python scripts/megatron_seed.py --megatron-src /tmp/megatron-src
 
 The Hub stands in as in scripts/hf_examples.py (a tiny Llama from a config, a word-level tokenizer, made-up text),
-and a tiny GPT-2 (the page's model, its head tied) under pp2 x dp2: hpc refuses the page's tp 2 for GPT-2, whose
-fused attention it does not cut (docs/training.md). The config file is the
-page's (megatron_lm_gpt_config.yaml: tp 2, pp 2, 2 micro-batches, sequence parallelism, the distributed optimizer,
+and a tiny GPT-2 (the page's model: its q/k/v one fused layer, its head tied) in the same layouts. The config file is
+the page's (megatron_lm_gpt_config.yaml: tp 2, pp 2, 2 micro-batches, sequence parallelism, the distributed optimizer,
 recomputed activations, clipping 1.0; nulls for what `accelerate config` was not told), with num_processes 4, no
 mixed precision and use_cpu (this machine has no GPU); the other layouts change only the degrees. Every layout
 trains the same global batch of 8 (the page's script logs it). The evaluation loss is the script's: tp2 x pp2 (one
@@ -105,19 +104,19 @@ def main() -> int:
                "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "HF_STAND_IN_REPOSITORY": "1",
                "PYTHONPATH": os.pathsep.join([str(REPO), str(hf_examples.STAND_INS)])}
         rows = []
-        for name, (tp, pp) in LAYOUTS.items():
-            batch = GLOBAL_BATCH // (4 // (tp * pp))  # a data rank's batch: the global batch over the data ranks
-            extra = ["--per_device_train_batch_size", str(batch), "--per_device_eval_batch_size", str(batch),
-                     "--output_dir", str(work / f"out-{tp}-{pp}")]
-            rows.append((name, *run(work, f"layout-{tp}-{pp}", config(page, tp, pp), extra, env, args.timeout)))
-        batch = str(GLOBAL_BATCH // 2)
-        extra = ["--per_device_train_batch_size", batch, "--per_device_eval_batch_size", batch, "--output_dir",
-                 str(work / "out-gpt2"), "--model_name_or_path", str(work / "models" / "gpt2")]
-        rows.append(("GPT-2 (tied head), pp2 x dp2", *run(work, "gpt2", config(page, 1, 2), extra, env,
-                                                          args.timeout)))
+        for model in ("llama", "gpt2"):
+            for name, (tp, pp) in LAYOUTS.items():
+                batch = GLOBAL_BATCH // (4 // (tp * pp))  # a data rank's batch: the global batch over the data ranks
+                extra = ["--per_device_train_batch_size", str(batch), "--per_device_eval_batch_size", str(batch),
+                         "--output_dir", str(work / f"out-{model}-{tp}-{pp}"), "--model_name_or_path",
+                         str(work / "models" / model)]
+                label = f"{'GPT-2 (fused q/k/v, tied head)' if model == 'gpt2' else 'Llama'}, {name}"
+                rows.append((label, *run(work, f"{model}-{tp}-{pp}", config(page, tp, pp), extra, env,
+                                         args.timeout)))
         extra = ["--per_device_train_batch_size", str(GLOBAL_BATCH), "--per_device_eval_batch_size", str(GLOBAL_BATCH),
-                 "--output_dir", str(work / "resumed"), "--resume_from_checkpoint", str(work / "out-2-2" / "step_2")]
-        rows.append(("tp2 x pp2 (sp), resumed from step_2", *run(work, "resumed", config(page, 2, 2), extra, env,
+                 "--output_dir", str(work / "resumed"), "--model_name_or_path", str(work / "models" / "gpt2"),
+                 "--resume_from_checkpoint", str(work / "out-gpt2-2-2" / "step_2")]
+        rows.append(("GPT-2, tp2 x pp2 (sp), resumed from step_2", *run(work, "resumed", config(page, 2, 2), extra, env,
                                                                    args.timeout)))
         saved = sorted(p.name for p in (work / "resumed").glob("step_*")) if (work / "resumed").exists() else []
     finally:

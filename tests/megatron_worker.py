@@ -8,7 +8,8 @@ from a config.
 SPEC keys: model ("gpt2": a small GPT-2, its head tied; else a Llama), global_batch (the same in every layout), steps,
 out, project, clip (plain data parallelism clips by hand what the plugin's gradient_clipping clips), save
 (save_state after `save_at` steps; after the run, load_state from it and train the steps after it again:
-"resumed"), load (after the run, load_state another layout's checkpoint: "loaded_weights"). The layout comes from
+"resumed"), load (after the run, load_state another layout's checkpoint: "loaded_weights"; with load_resume, train the
+steps after save_at from it: "load_resumed"). The layout comes from
 the launch (MEGATRON_LM_* variables), plain data parallelism without. Rank 0 writes to `out`: per-step training
 losses, the evaluation loss, the whole weights, and each rank's count of parameter and optimizer-state elements it
 holds.
@@ -127,6 +128,8 @@ def main() -> None:
     if spec.get("load"):  # another layout's checkpoint: its weights here
         acc.load_state(spec["load"])
         out["loaded_weights"] = acc.get_state_dict(model)
+        if spec.get("load_resume"):  # the optimizer's moments too came across the layouts
+            out["load_resumed"] = train(spec["save_at"])
     if acc.process_index == 0:
         torch.save(out, spec["out"])
     acc.end_training()

@@ -192,7 +192,7 @@ class DcpFormat:
         import torch.distributed as dist
         import torch.distributed.checkpoint as dcp
 
-        state = self._state(models, optimizers)
+        state = self.shown(self._state(models, optimizers))
         rank = self.strategy.state.env.rank
         if background:
             # a group of its own: the writer's collectives run beside training's and must not interleave
@@ -219,6 +219,14 @@ class DcpFormat:
     def optimizer_options(self):
         """torch's StateDictOptions for the optimizers' state (None: its defaults)."""
         return None
+
+    def shown(self, state: dict) -> dict:
+        """The state as the shared checkpoint holds it (a layout may hold some weights in another order)."""
+        return state
+
+    def restored(self, state: dict) -> dict:
+        """shown()'s inverse, after a load."""
+        return state
 
     def local_state(self, models, optimizers) -> dict:
         """This rank's shards as files of plain tensors (the fast tier's folder; local_shards.py)."""
@@ -265,9 +273,10 @@ class DcpFormat:
                       for k, v in saved.items() if k.startswith(prefix)}
             fit.check(folder, f"model {i}", shapes, state[f"model_{i}"], self.whole_keys(state[f"model_{i}"]))
         planner = dcp_safe.SafeLoadPlanner()
+        shown = self.shown(state)
         dcp_safe.loading(folder / self.folder, lambda: dcp.load(
-            state, storage_reader=dcp_safe.SafeReader(str(folder / self.folder)), planner=planner), planner)
-        self._set(state, models, optimizers, options)
+            shown, storage_reader=dcp_safe.SafeReader(str(folder / self.folder)), planner=planner), planner)
+        self._set(self.restored(shown), models, optimizers, options)
 
 
 class DeepSpeedFormat:

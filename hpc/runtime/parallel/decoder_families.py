@@ -6,6 +6,9 @@ sequences. Two families: Llama's (transformers' decoders that describe their pip
 `config.base_model_pp_plan`: model.embed_tokens, model.layers, model.norm, rotary position embeddings; Llama,
 Mistral, Qwen2 and kin) and GPT-2's (transformer.wte and learned positions transformer.wpe, transformer.h,
 transformer.ln_f; its head tied to wte by default).
+
+Each family also names its tensor-parallel plan (Megatron-LM's cut of its layers), what its modules need once cut
+(fit_cut), and which weights the cut holds in another order than the model's (reordered), for checkpoints.
 """
 
 from __future__ import annotations
@@ -29,7 +32,21 @@ class Llama:
     """model.embed_tokens, model.layers, model.norm, model.rotary_emb, lm_head."""
 
     base_name, embeddings, blocks_name, final = "model", ("embed_tokens",), "layers", ("norm",)
-    tensor_parallel = True  # tensor_parallel.decoder_plan cuts its attention and MLP
+
+    @staticmethod
+    def reordered():
+        """None: no weight is held in another order than the model's under tensor parallelism."""
+        return None
+
+    @staticmethod
+    def tp_plan(sequence_parallel: bool) -> dict:
+        from hpc.runtime.parallel import tensor_parallel
+
+        return tensor_parallel.decoder_plan(sequence_parallel)
+
+    @staticmethod
+    def fit_cut(model: torch.nn.Module, tp: int) -> None:
+        """Nothing: its attention views its local q, k and v by head_dim."""
 
     @classmethod
     def matches(cls, model: torch.nn.Module) -> bool:
@@ -60,13 +77,32 @@ class GPT2:
     """transformer.wte, transformer.wpe, transformer.drop, transformer.h, transformer.ln_f, lm_head."""
 
     base_name, embeddings, blocks_name, final = "transformer", ("wte", "wpe", "drop"), "h", ("ln_f",)
-    # its attention's q, k and v are one fused Conv1D (c_attn): no plan of torch's styles cuts it by heads
-    tensor_parallel = False
+
+    @staticmethod
+    def tp_plan(sequence_parallel: bool) -> dict:
+        from hpc.runtime.parallel import conv1d_parallel
+
+        return conv1d_parallel.gpt2_plan(sequence_parallel)
+
+    @staticmethod
+    def fit_cut(model: torch.nn.Module, tp: int) -> None:
+        from hpc.runtime.parallel import conv1d_parallel
+
+        conv1d_parallel.fit_attention(model, tp)
+
+    @staticmethod
+    def reordered():
+        """(the keys, the parts) of the weights held in rank-major order under tensor parallelism: the fused
+        q/k/v (conv1d_parallel), which checkpoints show in the model's own order (checkpoint/column_blocks.py)."""
+        from hpc.runtime.parallel import conv1d_parallel
+
+        return conv1d_parallel.FUSED_QKV, conv1d_parallel.QKV_PARTS
 
     @classmethod
     def matches(cls, model: torch.nn.Module) -> bool:
         base = getattr(model, "transformer", None)
-        return (base is not None and hasattr(model, "lm_head")
+        cross = getattr(getattr(model, "config", None), "add_cross_attention", False)  # an encoder's decoder
+        return (base is not None and hasattr(model, "lm_head") and not cross
                 and all(hasattr(base, p) for p in ("wte", "wpe", "h", "ln_f")))
 
     @staticmethod

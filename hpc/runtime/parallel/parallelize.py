@@ -9,7 +9,7 @@ The order, each step skipped where it has nothing to do:
    Then the pipeline split (pipeline.py): the model trimmed to this rank's stage, before anything cuts it.
 3. context-parallel hooks (context_parallel/): the model's forward handed this rank's sequence positions.
 4. tensor parallelism (tensor_parallel.py): the model's tp_plan on the mesh's "tp", unless transformers applied it
-   already (from_pretrained(tp_plan=..., device_mesh=...)).
+   already (from_pretrained(tp_plan=..., device_mesh=...)); then what the model needs once cut.
 5. activation checkpointing: each block recomputed in backward; after tensor parallelism, so the wrappers hold
    the cut layers, and before sharding, so FSDP2 shards the wrapped blocks.
 6. shard: the strategy's data-parallel wrap (FSDP2's fully_shard over the data-parallel mesh, DDP's wrapper, a
@@ -44,6 +44,8 @@ class ModelSettings:
     precision: Callable[[torch.nn.Module], None] | None = None
     context_parallel: object = None  # a context_parallel.ContextParallel, held by the strategy for the steps
     tp_plan: dict | None = None  # None: the model's own plan
+    # what the model needs once cut, before anything wraps it (GPT-2's attention split, a tied head tied again)
+    after_tensor_parallel: Callable[[torch.nn.Module], None] | None = None
     activation_checkpointing: bool = False
     checkpoint_layers: frozenset[str] = field(default_factory=frozenset)
     compile: Callable | None = None
@@ -65,6 +67,8 @@ def parallelize(model: torch.nn.Module, mesh, settings: ModelSettings, *, place:
         settings.context_parallel.prepare_model(model)
     if mesh is not None and mesh.device_mesh is not None and mesh.tp_enabled and not tensor_parallel.applied(model):
         model = tensor_parallel.apply(model, mesh.submesh("tp"), settings.tp_plan)
+        if settings.after_tensor_parallel is not None:
+            settings.after_tensor_parallel(model)
     if settings.activation_checkpointing:
         _checkpoint(model, settings.checkpoint_layers)
     if shard is not None:

@@ -27,22 +27,6 @@ from hpc.runtime.parallel import decoder_families
 SCHEDULES = {"1f1b": "Schedule1F1B", "gpipe": "ScheduleGPipe"}
 
 
-def check_family(model: torch.nn.Module, tp: int = 1):
-    """The model's family (decoder_families); one line where it is not a decoder this module can split and run, or
-    cannot be cut for ``tp``, or ties its head to its embeddings in a family cut by vocabulary (a tied GPT-2 keeps
-    the tie: TiedHead)."""
-    kind = decoder_families.family(model)
-    if tp > 1 and not kind.tensor_parallel:
-        raise HpcError(f"Megatron-LM layout: tp_degree {tp}: {type(model).__name__}'s attention is one fused q/k/v "
-                       "layer, which hpc does not cut by heads", fix="use tp_degree 1 with pp_degree and data "
-                       "parallelism, or a Llama-like model for tensor parallelism")
-    if decoder_families.tied(model) and kind.tensor_parallel:
-        raise HpcError(f"Megatron-LM layout: {type(model).__name__} ties its head to its embeddings; hpc keeps them "
-                       "on different stages and cuts them by vocabulary separately", fix="build it with "
-                       "tie_word_embeddings=False")
-    return kind
-
-
 def stage_layers(num_layers: int, stages: int, stage: int) -> range:
     """The blocks of one stage: an even split, the first stages taking one more where it does not divide."""
     if num_layers < stages:

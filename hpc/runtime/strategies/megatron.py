@@ -6,10 +6,10 @@ dp_shard with use_distributed_optimizer (parameters, gradients and optimizer sta
 and all in dp_replicate without (HSDP with one shard: every data-parallel rank holds its stage's whole tensor
 shards, gradients averaged). The model goes through parallelize() like every other strategy's: placed, split to
 this rank's pipeline stage (parallel/pipeline.py), cut by Megatron's tensor plan with or without sequence
-parallelism (tensor_parallel.decoder_plan), its blocks recomputed in backward (recompute_activations), sharded over
-the data dimension. Under pp_degree > 1, the prepared model's forward in training runs the pipeline schedule over
-num_micro_batches micro-batches (forward and backward) and returns the loss; backward() then has nothing left to
-do, and the optimizer steps what the schedule left.
+parallelism (the family's plan: tensor_parallel.decoder_plan, conv1d_parallel.gpt2_plan), its blocks recomputed in
+backward (recompute_activations), sharded over the data dimension. Under pp_degree > 1, the prepared model's forward
+in training runs the pipeline schedule over num_micro_batches micro-batches (forward and backward) and returns the
+loss; backward() then has nothing left to do, and the optimizer steps what the schedule left.
 
 What differs from Accelerate's integration: the model is the transformers model itself (the script's own weights,
 not Megatron-LM's re-created ones), split and cut by torch; the loader's batch (per_device_train_batch_size) is what
@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from hpc.errors import HpcError
-from hpc.runtime.parallel import decoder_families, tensor_parallel
+from hpc.runtime.parallel import decoder_families
 from hpc.runtime.parallel import pipeline as pp
 from hpc.runtime.parallel.parallelize import ModelSettings, parallelize
 from hpc.runtime.strategies.base import Strategy
@@ -122,6 +122,11 @@ class TiedHead:
         if self.mine is None or self.mine.grad is None:
             return
         grad = self.mine.grad
+        placements = getattr(self.mine, "placements", None)
+        if placements is not None and grad.placements != placements:
+            # an embedding cut by vocabulary may leave its gradient whole (Replicate) under sequence parallelism:
+            # the shard of it this rank's counterpart holds, before the sum
+            grad = self.mine.grad = grad.redistribute(grad.device_mesh, placements)
         dist.all_reduce(grad.to_local() if hasattr(grad, "to_local") else grad, group=self.group)
 
 
@@ -155,6 +160,7 @@ class MegatronStrategy(Strategy):
         self._tie: TiedHead | None = None
         self._optimizers: list = []
         self.pipelines: list[pp.Pipeline] = []
+        self.reordered = None  # (keys, parts) of weights the tensor cut holds in rank-major order (checkpoints)
 
     # --- the mesh's facts ---------------------------------------------------------------------------
     def rank_in(self, name: str) -> int:
@@ -189,16 +195,24 @@ class MegatronStrategy(Strategy):
             return model
         self.plugin.check_supported()
         stage, stages = self.rank_in("pp"), self.sizes["pp"]
-        kind = pp.check_family(model, self.sizes["tp"])
+        kind, tp = decoder_families.family(model), self.sizes["tp"]
         # every name of each parameter: a tied head's weight is the embeddings' under both names, and the last
         # stage keeps it as lm_head's alone
         names: dict[int, list[str]] = {}
         for n, p in model.named_parameters(remove_duplicate=False):
             names.setdefault(id(p), []).append(n)
-        tied = decoder_families.tied(model) and stages > 1
+        tied = decoder_families.tied(model)
         layer_class = type(decoder_families.blocks(model, kind)[0]).__name__
+
+        def after_tensor_parallel(cut: torch.nn.Module) -> None:
+            kind.fit_cut(cut, tp)
+            if tied and stages == 1:  # the cut gave the head its own copy of the (equally cut) embedding weight
+                cut.lm_head.weight = decoder_families.base(cut, kind).get_submodule(kind.embeddings[0]).weight
+
+        self.reordered = kind.reordered() if tp > 1 else None
         settings = dataclasses.replace(
-            settings, tp_plan=tensor_parallel.decoder_plan(bool(self.plugin.sequence_parallelism)),
+            settings, tp_plan=kind.tp_plan(bool(self.plugin.sequence_parallelism)),
+            after_tensor_parallel=after_tensor_parallel,
             activation_checkpointing=bool(self.plugin.recompute_activations),
             checkpoint_layers=frozenset({layer_class}), split=lambda m: pp.trim(m, stage, stages))
         module = parallelize(model, _TensorMesh(self.device_mesh, self.sizes["tp"]), settings, place=self.place,
@@ -213,7 +227,7 @@ class MegatronStrategy(Strategy):
         now = {n.replace(_CHECKPOINT_PREFIX, ""): p for n, p in module.named_parameters()}
         for old_id, said in names.items():
             self._new_params[old_id] = next((now[n] for n in said if n in now), None)  # None: on another stage
-        if tied:
+        if tied and stages > 1:
             self._tie = TiedHead(module, kind, self.device_mesh, stage, stages)
         for opt in self._optimizers:
             self._switch(opt)
@@ -319,6 +333,8 @@ class MegatronStrategy(Strategy):
 
         class StageDcp(DcpFormat):  # the stage's own names (the whole model's), not the wrapper's
             def stage(self, models, optimizers, copy, background):
+                # torch's background staging copies plain tensors and DTensors, not column_blocks' views
+                background = background and strategy.reordered is None
                 return super().stage([strategy.unwrap(m) for m in models], optimizers, copy, background)
 
             def load(self, folder, models, optimizers):
@@ -340,6 +356,19 @@ class MegatronStrategy(Strategy):
 
                 return StateDictOptions(flatten_optimizer_state_dict=True)
 
+            def shown(self, state):  # weights the cut holds in rank-major order, in the model's (column_blocks)
+                if strategy.reordered is None:
+                    return state
+                from hpc.runtime.checkpoint import column_blocks
+
+                pattern, parts = strategy.reordered
+                return column_blocks.shown(state, pattern, strategy.sizes["tp"], parts)
+
+            def restored(self, state):
+                from hpc.runtime.checkpoint import column_blocks
+
+                return column_blocks.restored(state)
+
             def whole_keys(self, model_state):  # every stage's keys
                 if strategy.sizes["pp"] == 1:
                     return None
@@ -357,6 +386,12 @@ class MegatronStrategy(Strategy):
         # no cpu_offload: torch's then keeps the tensors on global rank 0 alone, and every stage needs its own
         mine = get_model_state_dict(self.unwrap(model), options=StateDictOptions(full_state_dict=True))
         mine = {k: v.detach().cpu() for k, v in mine.items()}
+        if self.reordered is not None:  # the fused q/k/v in the model's own column order
+            from hpc.runtime.parallel.conv1d_parallel import original_order
+
+            pattern, parts = self.reordered
+            mine = {k: original_order(v, self.sizes["tp"], parts) if pattern.search(k) else v
+                    for k, v in mine.items()}
         # rank 0 (hpc's own writers) and the last rank (the script's main process) get the whole
         wanted = self.state.rank in (0, self.state.world_size - 1)
         if self.sizes["pp"] == 1:
