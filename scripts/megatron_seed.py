@@ -8,13 +8,13 @@ file, in each Megatron layout on 4 CPU processes, then resume GPT-2's tp2 x pp2 
 
 The Hub stands in as in scripts/hf_examples.py (a tiny Llama from a config, a word-level tokenizer, made-up text),
 and a tiny GPT-2 (the page's model: its q/k/v one fused layer, its head tied, GPT-2's default dropout of 0.1, whose
-masks differ between layouts) in the same layouts. The config file is the page's (megatron_lm_gpt_config.yaml: tp 2, pp 2, 2 micro-batches, sequence parallelism, the distributed optimizer,
-recomputed activations, clipping 1.0; nulls for what `accelerate config` was not told), with num_processes 4, no
-mixed precision and use_cpu (this machine has no GPU); the other layouts change only the degrees. Every layout
-trains the same global batch of 8 (the page's script logs it). The evaluation loss is the script's: tp2 x pp2 (one
-data rank) evaluates batches of 8, the others two data ranks' batches of 4, and the script's evaluation loader drops
-the last partial batch, so the two kinds see different samples (per-step parity with plain data parallelism on the
-same batches is tests/test_megatron.py's). The
+masks differ between layouts) in the same layouts. The config file is the page's (megatron_lm_gpt_config.yaml: tp 2,
+pp 2, 2 micro-batches, sequence parallelism, the distributed optimizer, recomputed activations, clipping 1.0; nulls
+for what `accelerate config` was not told), with num_processes 4, no mixed precision and use_cpu (this machine has
+no GPU); the other layouts change only the degrees. Every layout trains the same global batch of 8 (the page's
+script logs it). The evaluation loss is the script's: tp2 x pp2 (one data rank) evaluates batches of 8, the others
+two data ranks' batches of 4, and the script's evaluation loader drops the last partial batch, so the two kinds see
+different samples (per-step parity with plain data parallelism on the same batches is tests/test_megatron.py's). The
 script's lines that fail with the transformers installed here (`get_full_repo_name`, `send_example_telemetry`,
 `DistributedType.TPU`) are changed; nothing else.
 """
