@@ -115,6 +115,8 @@ def main() -> None:
     held_state = sum(v.to_local().numel() if hasattr(v, "to_local") else v.numel() for v in state)
     counts = acc.gather(torch.tensor([held, held_state])).tolist()
     weights = acc.get_state_dict(model)
+    pipeline = getattr(model, "_pipeline", None)  # which of torch's schedules ran the layout's pipeline
+    out["schedule"] = type(pipeline.schedule).__name__ if pipeline is not None else None
     out.update(held=counts, total=sum(v.numel() for v in weights.values()), lr=scheduler.get_last_lr(),
                weights=weights, global_batch=total_batch, distributed_type=acc.distributed_type.value)
     if megatron and spec.get("generate"):  # greedy decoding beside transformers' generate on the same weights

@@ -23,9 +23,13 @@ LAYOUTS = {
                            "--megatron_lm_num_micro_batches", "2", "--megatron_lm_sequence_parallelism", "true"]),
     "tp2 x dp2": (4, ["--megatron_lm_tp_degree", "2", "--megatron_lm_use_distributed_optimizer", "true",
                       "--megatron_lm_recompute_activations", "true", "--megatron_lm_sequence_parallelism", "true"]),
+    # Megatron-LM's interleaving: a block a virtual stage, two on each pipeline rank (ranks 0 1 0 1)
     "pp2 x dp2": (4, ["--megatron_lm_pp_degree", "2", "--megatron_lm_num_micro_batches", "2",
-                      "--megatron_lm_use_distributed_optimizer", "true", "--megatron_lm_pipeline_schedule", "gpipe"]),
+                      "--megatron_lm_use_distributed_optimizer", "true",
+                      "--megatron_lm_num_layers_per_virtual_pipeline_stage", "1"]),
 }
+# the schedule of torch.distributed.pipelining each layout ran
+SCHEDULE = {"tp2 x pp2 (sp)": "Schedule1F1B", "tp2 x dp2": None, "pp2 x dp2": "ScheduleInterleaved1F1B"}
 CLIP = "0.05"  # far below the gradients' norm: clipping changes every step
 
 
@@ -62,6 +66,7 @@ def runs(tmp_path_factory):
 def test_each_layout_trains_and_evaluates_as_plain_data_parallelism(runs, name):
     plain, run = runs["plain"], runs[name]
     assert run["distributed_type"] == "MEGATRON_LM" and run["global_batch"] == 8
+    assert run["schedule"] == SCHEDULE[name]
     assert len(run["losses"]) == STEPS
     torch.testing.assert_close(torch.tensor(run["losses"]), torch.tensor(plain["losses"]), rtol=1e-4, atol=0)
     torch.testing.assert_close(torch.tensor(run["eval"]), torch.tensor(plain["eval"]), rtol=1e-4, atol=0)
@@ -136,11 +141,13 @@ def test_megatron_generate_decodes_as_transformers_generate_on_the_same_weights(
 # model's own: conv1d_parallel, column_blocks); a pipeline keeps the tied weight on the first and the last stage and
 # sums their gradients, so both take the same steps as the one tied weight of plain data parallelism.
 GPT2_LAYOUTS = {
-    "tp2 x pp2 (sp)": LAYOUTS["tp2 x pp2 (sp)"][1],
+    # looped BFS over two virtual stages a rank, with tensor and sequence parallelism and the tied head
+    "tp2 x pp2 (sp)": [*LAYOUTS["tp2 x pp2 (sp)"][1], "--megatron_lm_pipeline_schedule", "looped_bfs"],
     "tp2 x dp2": LAYOUTS["tp2 x dp2"][1],
     "pp2 x dp2": ["--megatron_lm_pp_degree", "2", "--megatron_lm_num_micro_batches", "2",
-                  "--megatron_lm_use_distributed_optimizer", "true"],
+                  "--megatron_lm_use_distributed_optimizer", "true", "--megatron_lm_pipeline_schedule", "gpipe"],
 }
+GPT2_SCHEDULE = {"tp2 x pp2 (sp)": "ScheduleLoopedBFS", "tp2 x dp2": None, "pp2 x dp2": "ScheduleGPipe"}
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +169,7 @@ def gpt2_runs(tmp_path_factory):
 @pytest.mark.parametrize("name", list(GPT2_LAYOUTS))
 def test_gpt2_trains_and_evaluates_as_plain_data_parallelism_in_each_layout(gpt2_runs, name):
     plain, run = gpt2_runs["plain"], gpt2_runs[name]
+    assert run["schedule"] == GPT2_SCHEDULE[name]
     torch.testing.assert_close(torch.tensor(run["losses"]), torch.tensor(plain["losses"]), rtol=1e-4, atol=0)
     assert run["eval"] == pytest.approx(plain["eval"], rel=1e-4)
     if "pp2" in name:  # the tied weight: the first stage's embedding and the last stage's head took the same steps

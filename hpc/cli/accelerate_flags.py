@@ -46,7 +46,7 @@ FLAGS: dict[str, Any] = {
         "use_distributed_optimizer", "gradient_clipping", "context_parallel_size", "expert_model_parallel_size",
         "expert_tensor_parallel_size", "attention_backend", "use_custom_fsdp", "use_precision_aware_optimizer",
         "optimizer_cpu_offload", "recompute_granularity", "recompute_method", "recompute_num_layers",
-        "pipeline_schedule")},
+        "pipeline_schedule", "num_layers_per_virtual_pipeline_stage")},
     **{f"parallelism_config_{name}": TEXT for name in (
         "dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "cp_backend", "cp_comm_strategy", "sp_size",
         "sp_backend", "sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation")},

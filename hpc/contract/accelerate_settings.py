@@ -308,7 +308,10 @@ def _spelled(ctx: _Context, name: str, other: str) -> str:
 # launcher sets) and how each is checked here
 _MEGATRON_READ = {"tp_degree": "int", "pp_degree": "int", "num_micro_batches": "int", "sequence_parallelism": "bool",
                   "recompute_activations": "bool", "use_distributed_optimizer": "bool", "gradient_clipping": "float",
-                  "pipeline_schedule": "schedule"}
+                  "pipeline_schedule": "schedule", "num_layers_per_virtual_pipeline_stage": "int"}
+# the torch.distributed.pipelining schedules the Megatron-LM layout runs (hpc/runtime/parallel/pipeline.py): one
+# stage per rank, or several (virtual stages, Megatron-LM's interleaving)
+PIPELINE_SCHEDULES = ("1f1b", "gpipe", "interleaved_1f1b", "looped_bfs")
 # the ones whose default asks for nothing; other values have no counterpart in hpc's layout
 _MEGATRON_QUIET = {"context_parallel_size": ("1", "2", "none", ""), "expert_model_parallel_size": ("1", "none", ""),
                    "expert_tensor_parallel_size": ("1", "none", ""), "use_custom_fsdp": ("false", "none", ""),
@@ -342,8 +345,8 @@ def _megatron(ctx: _Context, name: str, value: Any) -> None:
         text = str(_float(ctx, name, value))
     elif kind == "schedule":
         text = str(value).strip().lower()
-        if text not in ("1f1b", "gpipe"):
-            ctx.fail(name, value, "is not a pipeline schedule hpc runs", "use 1f1b or gpipe")
+        if text not in PIPELINE_SCHEDULES:
+            ctx.fail(name, value, "is not a pipeline schedule hpc runs", f"use {', '.join(PIPELINE_SCHEDULES)}")
     else:
         if str(value).strip().lower() not in _MEGATRON_QUIET.get(setting, ()):
             ctx.note(name, value, "not used by hpc's Megatron-LM layout (it lays tp_degree x pp_degree x data "

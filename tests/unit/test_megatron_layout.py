@@ -19,11 +19,49 @@ def test_the_plugin_reads_the_variables_accelerates_launcher_sets(monkeypatch):
             plugin.use_distributed_optimizer, plugin.recompute_activations, plugin.gradient_clipping,
             plugin.pipeline_schedule) == (2, 4, 8, True, True, False, 0.5, "1f1b")
     assert MegatronLMPlugin(tp_degree=1, pp_degree=1).num_micro_batches == 1  # micro-batches are the pipeline's
+    monkeypatch.setenv("MEGATRON_LM_NUM_LAYERS_PER_VIRTUAL_PIPELINE_STAGE", "3")
+    assert MegatronLMPlugin().num_layers_per_virtual_pipeline_stage == 3
+
+
+@pytest.mark.parametrize("layers,per,schedule,expected", [
+    (8, None, "1f1b", ("1f1b", 1)),
+    (8, 2, "1f1b", ("interleaved_1f1b", 2)),  # Megatron-LM's: virtual stages mean the interleaved schedule
+    (8, 1, "looped_bfs", ("looped_bfs", 4)),
+    (8, None, "interleaved_1f1b", ("interleaved_1f1b", 2)),  # named alone: two stages per rank
+    (8, 4, "1f1b", ("1f1b", 1)),  # 4 layers a virtual stage over pp 2 is one stage a rank
+])
+def test_virtual_stages_come_from_the_layers_per_virtual_stage_and_pick_the_schedule(layers, per, schedule, expected):
+    from hpc.runtime.strategies.megatron import MegatronStrategy
+    from hpc.utils.megatron_lm import MegatronLMPlugin
+
+    strategy = MegatronStrategy.__new__(MegatronStrategy)  # the schedule choice alone: no process group
+    strategy.sizes = {"pp": 2}
+    strategy.plugin = MegatronLMPlugin(pp_degree=2, num_layers_per_virtual_pipeline_stage=per,
+                                       pipeline_schedule=schedule)
+    assert strategy._schedule(layers) == expected
+
+
+@pytest.mark.parametrize("per,schedule,words", [
+    (3, "1f1b", "num_layers_per_virtual_pipeline_stage 3 x pp_degree 2 does not divide the model's 8 blocks"),
+    (1, "gpipe", "pipeline schedule gpipe runs one stage per rank"),
+])
+def test_virtual_stages_that_do_not_fit_are_one_line(per, schedule, words):
+    from hpc.runtime.strategies.megatron import MegatronStrategy
+    from hpc.utils.megatron_lm import MegatronLMPlugin
+
+    strategy = MegatronStrategy.__new__(MegatronStrategy)
+    strategy.sizes = {"pp": 2}
+    strategy.plugin = MegatronLMPlugin(pp_degree=2, num_layers_per_virtual_pipeline_stage=per,
+                                       pipeline_schedule=schedule)
+    with pytest.raises(HpcError) as e:
+        strategy._schedule(8)
+    assert words in str(e.value).splitlines()[0]
 
 
 @pytest.mark.parametrize("kwargs,words", [
     ({"tp_degree": 0}, "tp_degree=0) must be a whole number >= 1"),
-    ({"num_layers_per_virtual_pipeline_stage": 2}, "interleaved (virtual) pipeline stages are not built into hpc"),
+    ({"num_layers_per_virtual_pipeline_stage": 0}, "num_layers_per_virtual_pipeline_stage=0) must be a whole number"),
+    ({"pipeline_schedule": "zigzag"}, "pipeline_schedule='zigzag') is not a pipeline schedule hpc runs"),
 ])
 def test_a_plugin_hpc_cannot_lay_out_is_one_line(kwargs, words):
     from hpc.utils.megatron_lm import MegatronLMPlugin

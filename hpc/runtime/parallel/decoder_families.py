@@ -60,11 +60,11 @@ class Llama:
         return base.embed_tokens(ids)
 
     @staticmethod
-    def run_blocks(base, hidden: torch.Tensor, length: int) -> torch.Tensor:
+    def run_blocks(base, hidden: torch.Tensor, length: int, layers) -> torch.Tensor:
         positions = torch.arange(length, device=hidden.device).unsqueeze(0)
         rotary = base.rotary_emb(hidden, position_ids=positions)
         mask = _additive_causal_mask(length, hidden)
-        for layer in base.layers.values():
+        for layer in layers:
             hidden = layer(hidden, attention_mask=mask, position_ids=positions, position_embeddings=rotary)
         return hidden
 
@@ -111,9 +111,9 @@ class GPT2:
         return base.drop(base.wte(ids) + base.wpe(positions))
 
     @staticmethod
-    def run_blocks(base, hidden: torch.Tensor, length: int) -> torch.Tensor:
+    def run_blocks(base, hidden: torch.Tensor, length: int, layers) -> torch.Tensor:
         mask = _additive_causal_mask(length, hidden)
-        for block in base.h.values():
+        for block in layers:
             hidden = block(hidden, attention_mask=mask)
         return hidden
 
@@ -152,18 +152,24 @@ def tied(model: torch.nn.Module) -> bool:
             and head.weight is getattr(embedding, "weight", None))
 
 
-def stage_forward(self, x: torch.Tensor) -> torch.Tensor:
+def stage_forward(self, x: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
     """Token ids (first stage) or hidden states -> hidden states, or logits on the last stage: installed as the
-    trimmed model's forward (pipeline.trim), with ``self._hpc_family`` its family."""
+    trimmed model's forward (pipeline.trim), with ``self._hpc_family`` its family. ``chunk``: one of the rank's
+    virtual stages (its blocks alone; the embeddings only in the first chunk, the head only in the last)."""
     kind = self._hpc_family
     trunk = base(self, kind)
-    if getattr(trunk, kind.embeddings[0]) is not None:
+    chunks = self._hpc_chunks
+    names = [n for c in chunks for n in c] if chunk is None else chunks[chunk]
+    first = getattr(trunk, kind.embeddings[0]) is not None and chunk in (None, 0)
+    last = getattr(trunk, kind.final[0]) is not None and chunk in (None, len(chunks) - 1)
+    if first:
         length = x.shape[1]
         hidden = _local(kind.embed(trunk, x))
     else:
         length = x.shape[1] * self._hpc_sequence_factor
         hidden = _local(x)
-    hidden = kind.run_blocks(trunk, hidden, length)
-    if getattr(trunk, kind.final[0]) is None:
+    blocks_now = getattr(trunk, kind.blocks_name)
+    hidden = kind.run_blocks(trunk, hidden, length, [blocks_now[n] for n in names])
+    if not last:
         return hidden
     return _local(self.lm_head(kind.norm(trunk, hidden)))

@@ -210,11 +210,12 @@ class MegatronStrategy(Strategy):
                 cut.lm_head.weight = decoder_families.base(cut, kind).get_submodule(kind.embeddings[0]).weight
 
         self.reordered = kind.reordered() if tp > 1 else None
+        schedule, virtual = self._schedule(len(decoder_families.blocks(model, kind)))
         settings = dataclasses.replace(
             settings, tp_plan=kind.tp_plan(bool(self.plugin.sequence_parallelism)),
             after_tensor_parallel=after_tensor_parallel,
             activation_checkpointing=bool(self.plugin.recompute_activations),
-            checkpoint_layers=frozenset({layer_class}), split=lambda m: pp.trim(m, stage, stages))
+            checkpoint_layers=frozenset({layer_class}), split=lambda m: pp.trim(m, stage, stages, virtual))
         module = parallelize(model, _TensorMesh(self.device_mesh, self.sizes["tp"]), settings, place=self.place,
                              shard=self._shard if self.dp > 1 else None)
         if self.plugin.sequence_parallelism and self.sizes["tp"] > 1:
@@ -222,7 +223,7 @@ class MegatronStrategy(Strategy):
         pipeline = None
         if stages > 1:
             pipeline = pp.Pipeline(module, self.device_mesh["pp"], self.state.device, self.plugin.num_micro_batches,
-                                   self.plugin.pipeline_schedule)
+                                   schedule, virtual)
             self.pipelines.append(pipeline)
         now = {n.replace(_CHECKPOINT_PREFIX, ""): p for n, p in module.named_parameters()}
         for old_id, said in names.items():
@@ -232,6 +233,28 @@ class MegatronStrategy(Strategy):
         for opt in self._optimizers:
             self._switch(opt)
         return MegatronModel(module, self, pipeline)
+
+    def _schedule(self, num_layers: int) -> tuple[str, int]:
+        """The pipeline schedule and the virtual stages per rank: num_layers_per_virtual_pipeline_stage gives
+        num_layers / (pp x it) of them and Megatron-LM's interleaved 1F1B unless another multi-stage schedule is
+        named; a multi-stage schedule named alone runs 2 per rank."""
+        stages, schedule = self.sizes["pp"], self.plugin.pipeline_schedule.lower()
+        per = self.plugin.num_layers_per_virtual_pipeline_stage
+        multi = pp.SCHEDULES.get(schedule, (None, False))[1]
+        if stages == 1:
+            return schedule, 1
+        if not per:
+            return schedule, 2 if multi else 1
+        if num_layers % (stages * per):
+            raise HpcError(f"num_layers_per_virtual_pipeline_stage {per} x pp_degree {stages} does not divide the "
+                           f"model's {num_layers} blocks", fix=f"use a value that divides {num_layers // stages}")
+        virtual = num_layers // (stages * per)
+        if virtual > 1 and not multi:
+            if schedule == "gpipe":
+                raise HpcError("pipeline schedule gpipe runs one stage per rank: it does not take "
+                               "num_layers_per_virtual_pipeline_stage", fix="use interleaved_1f1b or looped_bfs")
+            schedule = "interleaved_1f1b"  # Megatron-LM's: virtual stages mean the interleaved schedule
+        return schedule, virtual
 
     def place(self, model):
         return model.to(self.state.device)
@@ -256,25 +279,31 @@ class MegatronStrategy(Strategy):
         return model.module if isinstance(model, MegatronModel) else model
 
     def next_token(self, module, ids: torch.Tensor) -> torch.Tensor:
-        """The greedy next token of each sequence, run stage to stage (point to point over the pipeline's ranks)."""
+        """The greedy next token of each sequence, run stage to stage (point to point over the pipeline's ranks;
+        with virtual stages, round the ranks as many times)."""
         length = ids.shape[1]
         factor = module._hpc_sequence_factor
         padded = torch.nn.functional.pad(ids, (0, (-length) % factor))
         stages, stage = self.sizes["pp"], self.rank_in("pp")
         group = self.device_mesh["pp"].get_group() if stages > 1 else None
-        if stage == 0:
-            hidden = module(padded)
-        else:
-            size = module.config.hidden_size
-            dtype = next(module.parameters()).dtype
-            received = torch.empty(ids.shape[0], padded.shape[1] // factor, size, dtype=dtype, device=ids.device)
-            dist.recv(received, group=group, group_src=stage - 1)
-            hidden = module(received)
-        if stage < stages - 1:
-            dist.send(hidden.contiguous(), group=group, group_dst=stage + 1)
-            token = torch.zeros(ids.shape[0], 1, dtype=ids.dtype, device=ids.device)
-        else:
+        chunks = len(module._hpc_chunks)
+        hidden = None
+        for chunk, at in enumerate(pp.rank_stages(stage, stages, chunks)):
+            if at == 0:
+                hidden = module(padded, chunk=chunk)
+            else:
+                size = module.config.hidden_size
+                dtype = next(module.parameters()).dtype
+                received = torch.empty(ids.shape[0], padded.shape[1] // factor, size, dtype=dtype,
+                                       device=ids.device)
+                dist.recv(received, group=group, group_src=(at - 1) % stages)
+                hidden = module(received, chunk=chunk)
+            if at < stages * chunks - 1:
+                dist.send(hidden.contiguous(), group=group, group_dst=(at + 1) % stages)
+        if stage == stages - 1:
             token = hidden[:, length - 1].argmax(-1, keepdim=True).to(ids.dtype)
+        else:
+            token = torch.zeros(ids.shape[0], 1, dtype=ids.dtype, device=ids.device)
         if stages > 1:
             dist.broadcast(token, group=group, group_src=stages - 1)
         return token

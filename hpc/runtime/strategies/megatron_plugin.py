@@ -2,10 +2,10 @@
 
 MegatronLMPlugin takes every field of Accelerate's (1.15) with its defaults and reads the MEGATRON_LM_* variables
 `accelerate launch --use_megatron_lm` (and `hpc launch`) set. hpc uses: tp_degree, pp_degree, num_micro_batches,
-sequence_parallelism, use_distributed_optimizer, recompute_activations, gradient_clipping, return_logits, and its own
-``pipeline_schedule``. The fields that configure Megatron-LM's own model classes, datasets and loop (custom_*,
-megatron_dataset_flag, other_megatron_args) have nothing to act on here: set, they are refused in one line when the
-model is prepared.
+sequence_parallelism, use_distributed_optimizer, recompute_activations, gradient_clipping, return_logits,
+num_layers_per_virtual_pipeline_stage (interleaved virtual stages), and its own ``pipeline_schedule``. The fields
+that configure Megatron-LM's own model classes, datasets and loop (custom_*, megatron_dataset_flag,
+other_megatron_args) have nothing to act on here: set, they are refused in one line when the model is prepared.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from hpc.contract.accelerate_settings import PIPELINE_SCHEDULES
 from hpc.errors import HpcError
 
 _TRUE = ("1", "true", "yes", "on")
@@ -104,7 +105,7 @@ class MegatronLMPlugin:
     custom_get_batch_function: Optional[Callable] = None
     custom_loss_function: Optional[Callable] = None
     other_megatron_args: Optional[dict] = None
-    # hpc's: the torch.distributed.pipelining schedule ("1f1b", "gpipe"); MEGATRON_LM_PIPELINE_SCHEDULE
+    # hpc's: the torch.distributed.pipelining schedule (PIPELINE_SCHEDULES); MEGATRON_LM_PIPELINE_SCHEDULE
     pipeline_schedule: str = None
 
     def __post_init__(self):
@@ -125,10 +126,15 @@ class MegatronLMPlugin:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise HpcError(f"MegatronLMPlugin({name}={value!r}) must be a whole number >= 1", fix="use 1 or more")
-        if self.num_layers_per_virtual_pipeline_stage:
-            raise HpcError("MegatronLMPlugin(num_layers_per_virtual_pipeline_stage=...): interleaved (virtual) "
-                           "pipeline stages are not built into hpc yet (one stage per rank)",
-                           fix="leave it unset (1F1B over one stage per rank)")
+        if self.num_layers_per_virtual_pipeline_stage is None:
+            self.num_layers_per_virtual_pipeline_stage = _env_int("NUM_LAYERS_PER_VIRTUAL_PIPELINE_STAGE", 0) or None
+        per = self.num_layers_per_virtual_pipeline_stage
+        if per is not None and (isinstance(per, bool) or not isinstance(per, int) or per < 1):
+            raise HpcError(f"MegatronLMPlugin(num_layers_per_virtual_pipeline_stage={per!r}) must be a whole number "
+                           ">= 1", fix="use e.g. 1, or leave it unset for one stage per rank")
+        if self.pipeline_schedule.lower() not in PIPELINE_SCHEDULES:
+            raise HpcError(f"MegatronLMPlugin(pipeline_schedule={self.pipeline_schedule!r}) is not a pipeline "
+                           "schedule hpc runs", fix=f"use {', '.join(PIPELINE_SCHEDULES)}")
         if self.pp_degree == 1 and self.num_micro_batches > 1:
             self.num_micro_batches = 1  # as Megatron-LM: micro-batches are the pipeline's
         self.global_batch_size = None  # the loader's batch x the data-parallel ranks, once a loader is prepared
