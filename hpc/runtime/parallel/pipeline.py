@@ -13,6 +13,10 @@ sequences (no padding).
 
 Under sequence parallelism the hidden states between blocks (and between stages) are the tp rank's slice of the
 sequence, so the stage recomputes the full length from its slice.
+
+With virtual stages (Megatron-LM's interleaving) a rank keeps the blocks of several stages, looped (rank r: stages
+r, r + pp, ...), still one model; each stage of the multi-stage schedule is a _Chunk, the model's own forward on that
+chunk's blocks, so whatever wraps the model (FSDP2's gathering) runs as for one stage.
 """
 
 from __future__ import annotations
