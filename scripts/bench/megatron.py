@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Step time and peak memory per rank of one small transformers Llama on 4 ranks under Megatron-LM's layouts (on
-torch's parallelism), beside DDP and FSDP on the same global batch.
+"""Step time and peak memory per rank of one small transformers Llama (or GPT-2: fused q/k/v, tied head) on 4
+ranks under Megatron-LM's layouts (on torch's parallelism), beside DDP and FSDP on the same global batch.
 
-    python scripts/bench/megatron.py [--steps 30] [--hidden 256] [--layers 4]
+    python scripts/bench/megatron.py [--steps 30] [--hidden 256] [--layers 4] [--model llama|gpt2]
 
 Each layout is one `hpc launch --nproc 4` of this file (CPU and gloo where there is no GPU), launched as
 Accelerate launches it (`--use_megatron_lm --megatron_lm_*`, `--use_fsdp`): the median time of the steps after 5
@@ -30,6 +30,9 @@ LAYOUTS = {
                                "true", "--megatron_lm_use_distributed_optimizer", "true"],
     "pp2 x dp2 (dist. opt.)": [*MEGATRON, "--megatron_lm_pp_degree", "2", "--megatron_lm_num_micro_batches", "2",
                                "--megatron_lm_use_distributed_optimizer", "true"],
+    "pp2 x dp2 (interleaved)": [*MEGATRON, "--megatron_lm_pp_degree", "2", "--megatron_lm_num_micro_batches", "2",
+                                "--megatron_lm_use_distributed_optimizer", "true",
+                                "--megatron_lm_num_layers_per_virtual_pipeline_stage", "1"],
     "pp4 (1F1B, 4 micro)": [*MEGATRON, "--megatron_lm_pp_degree", "4", "--megatron_lm_num_micro_batches", "4"],
 }
 
@@ -45,10 +48,14 @@ def rank_main(spec: dict) -> None:
 
     acc = Accelerator()
     set_seed(0)
-    config = transformers.LlamaConfig(hidden_size=spec["hidden"], intermediate_size=4 * spec["hidden"],
-                                      num_hidden_layers=spec["layers"], num_attention_heads=8, num_key_value_heads=4,
-                                      vocab_size=1024, tie_word_embeddings=False)
-    model = transformers.LlamaForCausalLM(config)
+    if spec.get("model") == "gpt2":
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_embd=spec["hidden"], n_layer=spec["layers"], n_head=8, vocab_size=1024, n_positions=128,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            hidden_size=spec["hidden"], intermediate_size=4 * spec["hidden"], num_hidden_layers=spec["layers"],
+            num_attention_heads=8, num_key_value_heads=4, vocab_size=1024, tie_word_embeddings=False))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     dp = acc.num_processes
     if acc.distributed_type == DistributedType.MEGATRON_LM:
@@ -91,10 +98,11 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--model", choices=("llama", "gpt2"), default="llama")
     args = p.parse_args()
     rows = []
     for name, flags in LAYOUTS.items():
-        spec = {"steps": args.steps, "hidden": args.hidden, "layers": args.layers}
+        spec = {"steps": args.steps, "hidden": args.hidden, "layers": args.layers, "model": args.model}
         done = subprocess.run([sys.executable, "-m", "hpc", "launch", "--nproc", "4", *flags, __file__,
                                json.dumps(spec)], capture_output=True, text=True,
                               env={**os.environ, "PYTHONWARNINGS": "ignore"})
