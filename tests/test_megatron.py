@@ -178,6 +178,16 @@ def test_gpt2_trains_and_evaluates_as_plain_data_parallelism_in_each_layout(gpt2
         torch.testing.assert_close(weight, plain["weights"][key], rtol=1e-3, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", list(GPT2_LAYOUTS))
+def test_gpt2s_ranks_each_hold_about_their_share_of_parameters_and_optimizer_state(gpt2_runs, name):
+    run = gpt2_runs[name]
+    total = run["total"] - run["weights"]["lm_head.weight"].numel()  # the tied head is the embedding's weight
+    params, state = run["held"][0::2], run["held"][1::2]
+    assert sum(params) >= total, params
+    assert max(params) < total / 4 * 1.25, params
+    assert max(state) < 2 * total / 4 * 1.25, state
+
+
 def test_gpt2_resumes_under_tensor_and_pipeline_parallelism_with_the_same_losses(gpt2_runs):
     run = gpt2_runs["tp2 x pp2 (sp)"]
     torch.testing.assert_close(torch.tensor(run["resumed"]), torch.tensor(run["losses"][SAVE_AT:]), rtol=1e-5,
