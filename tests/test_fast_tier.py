@@ -229,13 +229,15 @@ def test_a_sharded_models_ranks_each_keep_their_own_shards_and_a_lost_nodes_come
     assert_same_run(straight_run(spec, tmp_path), torch.load(tmp_path / "z.pt", weights_only=False))
 
 
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [2])
 def test_deepspeeds_ranks_each_keep_the_engines_own_files_and_a_lost_nodes_come_back_from_the_copy(tmp_path, stage):
-    """DeepSpeed ZeRO-2 and ZeRO-3 on 2 ranks that stand for 2 nodes: the engine writes each rank's own files into
-    its node's memory (its optimizer partition, and the module's state on every rank), checksummed and committed by
-    the tier (format "shard"), and the next node keeps a copy. Node 1 is lost with its memory at step 7; the resume
-    reads rank 1's files of step 6 from the copy node 0 kept (the shared tier has step 4) and trains on to the same
-    losses and weights as a straight run."""
+    """DeepSpeed ZeRO-2 on 2 ranks that stand for 2 nodes: the engine writes each rank's own files into its node's
+    memory (its optimizer partition, and the module's state on every rank, which DeepSpeed's own save writes on rank
+    0 alone: hpc's one change to it), checksummed and committed by the tier (format "shard"), and the next node keeps
+    a copy. Node 1 is lost with its memory at step 7; the resume reads rank 1's files of step 6 from the copy node 0
+    kept (the shared tier has step 4) and trains on to the same losses and weights as a straight run. (ZeRO-3, whose
+    module state is per rank anyway, passed the same test in stop 50; it is left out of the suite for its time, and
+    runs with 3 added to the stages.)"""
     spec = {**SPEC, "strategy": "deepspeed", "zero_stage": stage}
     port = 41000 + 10 * stage + os.getpid() % 2000
     run, job = _crashed_at_7_in_one_memory(tmp_path, spec, "ds", port)
