@@ -81,33 +81,8 @@ def test_each_layout_trains_and_evaluates_as_plain_data_parallelism(runs, name):
         torch.testing.assert_close(run["weights"][key], value, rtol=1e-3, atol=1e-4)
 
 
-# the share of parameters (and Adam's two states for each) a rank may hold in each layout: tp and pp cut the model,
-# the distributed optimizer shards what they leave over the data-parallel ranks
-SHARE = {"tp2 x pp2 (sp)": 4, "pp2 x dp2": 4}
-
-
-@pytest.mark.parametrize("name", list(SHARE))
-def test_each_rank_holds_about_its_share_of_parameters_and_optimizer_state(runs, name):
-    run = runs[name]
-    total = run["total"]
-    params, state = run["held"][0::2], run["held"][1::2]
-    assert sum(params) >= total, params
-    assert max(params) < total / SHARE[name] * 1.25, params
-    assert max(state) < 2 * total / SHARE[name] * 1.25, state
-
-
-def test_a_checkpoint_resumes_under_its_layout_with_the_same_losses(runs):
-    run = runs["tp2 x pp2 (sp)"]
-    torch.testing.assert_close(torch.tensor(run["resumed"]), torch.tensor(run["losses"][SAVE_AT:]), rtol=1e-5,
-                               atol=0)
-
-
-@pytest.mark.parametrize("name", ["pp2 x dp2", "fsdp"])
-def test_a_checkpoint_loads_under_another_layout_with_equal_weights(runs, name):
-    saved, loaded = runs["tp2 x pp2 (sp)"]["saved_weights"], runs[name]["loaded_weights"]
-    assert saved.keys() == loaded.keys()
-    for key, value in saved.items():
-        torch.testing.assert_close(loaded[key], value, rtol=0, atol=0)
+# Llama's layouts whose ranks' shares of parameters and optimizer state are checked (with GPT-2's, at the end)
+SHARE = ("tp2 x pp2 (sp)", "pp2 x dp2")
 
 
 def test_merge_weights_writes_a_tp2_x_pp2_checkpoint_as_one_file_of_the_whole_model(runs, tmp_path):
@@ -179,30 +154,6 @@ def test_gpt2_trains_and_evaluates_as_plain_data_parallelism_in_each_layout(gpt2
         torch.testing.assert_close(weight, plain["weights"][key], rtol=1e-3, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", list(GPT2_LAYOUTS))
-def test_gpt2s_ranks_each_hold_about_their_share_of_parameters_and_optimizer_state(gpt2_runs, name):
-    run = gpt2_runs[name]
-    total = run["total"] - run["weights"]["lm_head.weight"].numel()  # the tied head is the embedding's weight
-    params, state = run["held"][0::2], run["held"][1::2]
-    assert sum(params) >= total, params
-    assert max(params) < total / 4 * 1.25, params
-    assert max(state) < 2 * total / 4 * 1.25, state
-
-
-def test_gpt2_resumes_under_tensor_and_pipeline_parallelism_with_the_same_losses(gpt2_runs):
-    run = gpt2_runs["tp2 x pp2 (sp)"]
-    torch.testing.assert_close(torch.tensor(run["resumed"]), torch.tensor(run["losses"][SAVE_AT:]), rtol=1e-5,
-                               atol=0)
-
-
-@pytest.mark.parametrize("name", ["tp2 x dp2", "pp2 x dp2"])
-def test_gpt2s_tp2_x_pp2_checkpoint_loads_under_another_layout_with_equal_weights(gpt2_runs, name):
-    saved, loaded = gpt2_runs["tp2 x pp2 (sp)"]["saved_weights"], gpt2_runs[name]["loaded_weights"]
-    assert saved.keys() == loaded.keys()
-    for key in saved:  # the fused q/k/v columns in the model's order, whichever layout wrote or reads them
-        assert torch.equal(loaded[key], saved[key]), key
-
-
 @pytest.mark.parametrize("name", ["tp2 x dp2", "pp2 x dp2"])
 def test_gpt2s_optimizer_state_crosses_layouts_losses_go_on_as_uninterrupted(gpt2_runs, name):
     # another layout (its moments sharded by FSDP too; pp2 x dp2 holds the fused layer whole, in the model's order)
@@ -222,3 +173,37 @@ def test_gpt2_megatron_generate_decodes_as_transformers_generate(gpt2_runs):
     expected = model.generate(run["prompt"], max_new_tokens=4, do_sample=False,
                               attention_mask=torch.ones_like(run["prompt"]), pad_token_id=0)
     assert torch.equal(run["generated"], expected)
+
+
+# --- both models' runs ---------------------------------------------------------------------------------------------
+# (the fixture, the layout): the tp and pp layouts cut the model in 4, the distributed optimizer shards what they leave
+SHARES = [("runs", name) for name in SHARE] + [("gpt2_runs", name) for name in GPT2_LAYOUTS]
+
+
+@pytest.mark.parametrize("runs_of,name", SHARES)
+def test_each_rank_holds_about_its_share_of_parameters_and_optimizer_state(request, runs_of, name):
+    run = request.getfixturevalue(runs_of)[name]
+    # a tied head is the embedding's weight: one parameter under two names
+    tied = run["weights"]["lm_head.weight"].numel() if runs_of == "gpt2_runs" else 0
+    total = run["total"] - tied
+    params, state = run["held"][0::2], run["held"][1::2]
+    assert sum(params) >= total, params
+    assert max(params) < total / 4 * 1.25, params
+    assert max(state) < 2 * total / 4 * 1.25, state
+
+
+@pytest.mark.parametrize("runs_of", ["runs", "gpt2_runs"])
+def test_a_tp2_x_pp2_checkpoint_resumes_under_its_layout_with_the_same_losses(request, runs_of):
+    run = request.getfixturevalue(runs_of)["tp2 x pp2 (sp)"]
+    torch.testing.assert_close(torch.tensor(run["resumed"]), torch.tensor(run["losses"][SAVE_AT:]), rtol=1e-5,
+                               atol=0)
+
+
+@pytest.mark.parametrize("runs_of,name", [("runs", "pp2 x dp2"), ("runs", "fsdp"), ("gpt2_runs", "tp2 x dp2"),
+                                          ("gpt2_runs", "pp2 x dp2")])
+def test_a_tp2_x_pp2_checkpoint_loads_under_another_layout_with_equal_weights(request, runs_of, name):
+    runs = request.getfixturevalue(runs_of)
+    saved, loaded = runs["tp2 x pp2 (sp)"]["saved_weights"], runs[name]["loaded_weights"]
+    assert saved.keys() == loaded.keys()
+    for key in saved:  # GPT-2's fused q/k/v columns in the model's order, whichever layout wrote or reads them
+        assert torch.equal(loaded[key], saved[key]), key
