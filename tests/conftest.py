@@ -35,7 +35,11 @@ def _environment_restored():
 @pytest.fixture(autouse=True)
 def _slurm_nodes_revived(request):
     """After a SLURM test, every node of slurm-local runs again: a test that killed a node and failed before it
-    revived it would leave a node SLURM still schedules on for a while, and the next test's job would hang there."""
+    revived it would leave a node SLURM still schedules on for a while, and the next test's job would hang there.
+    A node SLURM drained during the test (its own "Kill task failed", when a step outlasted UnkillableStepTimeout)
+    is taken back too: left drained, every later job that names it waits forever."""
+    import subprocess
+
     yield
     if request.node.get_closest_marker("slurm") is None:
         return
@@ -45,9 +49,14 @@ def _slurm_nodes_revived(request):
         try:
             os.kill(int(pid_file.read_text()), 0)
         except (OSError, ValueError):
-            import subprocess
-
             subprocess.run([str(SLURM_LOCAL), "revive-node", node], capture_output=True, timeout=180)
+    if os.environ.get("SLURM_CONF"):
+        listed = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, timeout=30)
+        drained = {line.split()[0] for line in listed.stdout.splitlines()
+                   if len(line.split()) == 2 and line.split()[1].startswith(("drain", "drng"))}
+        for node in sorted(drained):
+            subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], capture_output=True,
+                           timeout=30)
 
 
 def hpc_cmd(*args):

@@ -92,7 +92,9 @@ def _drive(jobs: list[Job], timeout: float) -> None:
         if all((job.project / f"{job.name}.pt").exists() for job in jobs):
             return
         time.sleep(0.3)
-    pytest.fail("jobs did not finish: " + ", ".join(f"{j.name} sent {j.sent}" for j in jobs))
+    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t %E"], capture_output=True, text=True).stdout
+    pytest.fail("jobs did not finish: " + ", ".join(f"{j.name} sent {j.sent}" for j in jobs)
+                + f"; nodes: {' / '.join(sorted(set(nodes.splitlines())))}")
 
 
 def make_project(folder: Path) -> Path:
